@@ -1,0 +1,157 @@
+"""Advantage estimators: turn rewards (plus group bookkeeping) into per-sample advantages.
+
+Every function here is pure tensor math on the *gathered* batch (all processes), so that a run on
+N processes computes exactly what a run on one process computes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+import torch
+
+StdMode = Literal["group", "global", "none"]
+STD_MODES: tuple[str, ...] = ("group", "global", "none")
+
+
+def _check_std_mode(std_mode: str) -> None:
+    if std_mode not in STD_MODES:
+        raise ValueError(f"std_mode must be one of {STD_MODES}, got {std_mode!r}")
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    std_mode: StdMode = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Group z-score of GRPO (Shao et al. 2024, eq. 3) as used by Flow-GRPO.
+
+    ``A_i = (r_i - mean_{g(i)}) / (std + eps)`` where ``mean_{g(i)}`` is the mean reward of sample
+    ``i``'s group and ``std`` is the population standard deviation of that group (``"group"``),
+    of the whole batch (``"global"``, Flow-GRPO's ``global_std``), or 1 (``"none"``, Dr.GRPO).
+
+    Args:
+        rewards: ``[N]`` float rewards.
+        group_ids: ``[N]`` integer ids; samples with the same id form one group.
+        std_mode: which standard deviation divides the centred reward.
+        eps: added to the std so that zero-variance groups give advantage 0, not NaN.
+
+    Returns:
+        ``[N]`` float32 advantages.
+    """
+    _check_std_mode(std_mode)
+    rewards = rewards.float()
+    if rewards.shape != group_ids.shape or rewards.ndim != 1:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]"
+        )
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    num_groups = counts.numel()
+    sums = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    means = sums / counts
+    centred = rewards - means[inverse]
+    if std_mode == "none":
+        return centred
+    if std_mode == "global":
+        std = rewards.std(unbiased=False)
+        return centred / (std + eps)
+    sq = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, centred.square())
+    group_std = torch.sqrt(sq / counts)
+    return centred / (group_std[inverse] + eps)
+
+
+def clip_advantages(advantages: torch.Tensor, max_abs: float | None) -> torch.Tensor:
+    """Clamp advantages to ``[-max_abs, max_abs]`` (Flow-GRPO clips to 5); None disables."""
+    if max_abs is None:
+        return advantages
+    if max_abs <= 0:
+        raise ValueError(f"advantage clip must be positive, got {max_abs}")
+    return advantages.clamp(-max_abs, max_abs)
+
+
+def zero_std_fraction(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = 1e-6) -> float:
+    """Fraction of groups whose rewards are all equal (they carry no learning signal)."""
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    num_groups = counts.numel()
+    low = torch.full((num_groups,), float("inf")).scatter_reduce(
+        0, inverse, rewards.float(), "amin"
+    )
+    high = torch.full((num_groups,), float("-inf")).scatter_reduce(
+        0, inverse, rewards.float(), "amax"
+    )
+    return float(((high - low) <= tol).float().mean())
+
+
+class PerPromptStatTracker:
+    """Per-prompt reward statistics, Flow-GRPO style.
+
+    Groups are keyed by the prompt *text*: two groups with the same prompt in one batch are pooled,
+    and with ``history > 1`` the rewards of that prompt from the previous ``history - 1`` calls
+    are pooled too (a running baseline for prompts that recur). ``history = 1`` recomputes stats
+    from the current batch only, which is Flow-GRPO's behaviour (it clears the tracker every epoch).
+
+    Args:
+        std_mode: ``"group"`` (per-prompt std), ``"global"`` (std of the whole current batch) or
+            ``"none"``.
+        history: how many calls' rewards to pool per prompt (>= 1).
+        eps: added to the std.
+    """
+
+    def __init__(self, std_mode: StdMode = "group", history: int = 1, eps: float = 1e-4) -> None:
+        _check_std_mode(std_mode)
+        if history < 1:
+            raise ValueError(f"history must be >= 1, got {history}")
+        self.std_mode: StdMode = std_mode
+        self.history = history
+        self.eps = eps
+        self._past: dict[str, deque[list[float]]] = {}
+
+    def update(self, prompts: list[str], rewards: torch.Tensor) -> torch.Tensor:
+        """Advantages ``[N]`` for the gathered batch, then remember its rewards."""
+        rewards = rewards.float()
+        if len(prompts) != rewards.numel():
+            raise ValueError(f"{len(prompts)} prompts but {rewards.numel()} rewards")
+        index: dict[str, int] = {}
+        ids = torch.tensor([index.setdefault(p, len(index)) for p in prompts], dtype=torch.long)
+        if self.history == 1:
+            advantages = group_advantages(rewards, ids, std_mode=self.std_mode, eps=self.eps)
+        else:
+            advantages = self._with_history(prompts, rewards, ids, index)
+        if self.history > 1:
+            for prompt, gid in index.items():
+                past = self._past.setdefault(prompt, deque(maxlen=self.history - 1))
+                past.append(rewards[ids == gid].tolist())
+        return advantages
+
+    def _with_history(
+        self, prompts: list[str], rewards: torch.Tensor, ids: torch.Tensor, index: dict[str, int]
+    ) -> torch.Tensor:
+        means = torch.empty(len(index))
+        stds = torch.empty(len(index))
+        for prompt, gid in index.items():
+            pooled = [r for past in self._past.get(prompt, ()) for r in past]
+            pooled_t = torch.cat([torch.tensor(pooled, dtype=torch.float32), rewards[ids == gid]])
+            means[gid] = pooled_t.mean()
+            stds[gid] = pooled_t.std(unbiased=False)
+        centred = rewards - means[ids]
+        if self.std_mode == "none":
+            return centred
+        if self.std_mode == "global":
+            return centred / (rewards.std(unbiased=False) + self.eps)
+        return centred / (stds[ids] + self.eps)
+
+    def clear(self) -> None:
+        self._past.clear()
+
+    def state_dict(self) -> dict[str, object]:
+        return {"past": {p: [list(r) for r in q] for p, q in self._past.items()}}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        past = state["past"]
+        assert isinstance(past, dict)
+        self._past = {
+            p: deque([list(r) for r in q], maxlen=max(self.history - 1, 1)) for p, q in past.items()
+        }

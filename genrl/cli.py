@@ -1,0 +1,211 @@
+"""Command line: ``genrl train | sample | eval | list``.
+
+User mistakes (bad config, missing checkpoint, failing reward) end with a one-line error and
+exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _add_config_args(p: argparse.ArgumentParser, recipe_optional: bool = True) -> None:
+    p.add_argument(
+        "recipe",
+        nargs="?" if recipe_optional else None,
+        default=None,
+        help="recipe name (see `genrl list`); default: the embedded digits_flow_grpo",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set optim.lr=1e-4 (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="genrl", description="RL post-training of generative models."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a policy (default: the embedded digits task)")
+    _add_config_args(train)
+    train.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
+    train.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue a run: its directory (latest checkpoint) or a checkpoint directory",
+    )
+
+    ev = sub.add_parser("eval", help="held-out reward of a recipe's policy or a checkpoint")
+    _add_config_args(ev)
+    ev.add_argument("--checkpoint", help="run or checkpoint directory to evaluate")
+
+    sample = sub.add_parser("sample", help="write a grid of samples for prompts")
+    _add_config_args(sample)
+    sample.add_argument("--checkpoint", help="run or checkpoint directory to sample from")
+    sample.add_argument("--prompt", action="append", default=[], help="prompt (repeatable)")
+    sample.add_argument("-n", "--num-per-prompt", type=int, default=4)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--out", default="samples.png", help="output PNG")
+
+    sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_threads()
+    try:
+        return _COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted; the run directory holds a checkpoint to --resume from", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if os.environ.get("GENRL_DEBUG") or not _is_user_error(err):
+            raise
+        print(f"genrl: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _is_user_error(err: Exception) -> bool:
+    from genrl.checkpoint import CheckpointError
+    from genrl.overrides import ConfigError
+    from reward_models import RewardError
+
+    return isinstance(err, ConfigError | CheckpointError | RewardError | FileNotFoundError)
+
+
+def _configure_threads() -> None:
+    import torch
+
+    # Tiny models on a shared 2-core CPU stall with several intra-op threads (REFERENCE.md:
+    # ~0.7 s instead of ~0.02 s per forward); one thread is fastest for them.
+    if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+
+
+def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
+    import json
+
+    from genrl.config import config_from_dict
+    from genrl.recipes import DEFAULT_RECIPE, get_recipe
+
+    if resume_dir is not None and args.recipe is None:
+        run_dir = _run_dir_of(resume_dir)
+        config = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    else:
+        config = get_recipe(args.recipe or DEFAULT_RECIPE)
+    return config.apply_overrides(args.overrides)
+
+
+def _run_dir_of(path: Path) -> Path:
+    from genrl.checkpoint import CheckpointError, resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(path)
+    run_dir = checkpoint.parent.parent
+    if not (run_dir / "config.json").is_file():
+        raise CheckpointError(f"{run_dir} has no config.json; name the recipe explicitly")
+    return run_dir
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from genrl.trainer import Trainer
+
+    resume = Path(args.resume) if args.resume else None
+    config = _load_config(args, resume)
+    run_dir = args.output_dir or (_run_dir_of(resume) if resume else None)
+    Trainer(config, run_dir=run_dir, resume_from=resume).train()
+    return 0
+
+
+def _trainer_for(args: argparse.Namespace):
+    from genrl.trainer import Trainer
+
+    checkpoint = Path(args.checkpoint) if args.checkpoint else None
+    config = _load_config(args, checkpoint)
+    config.logging.tensorboard = False
+    trainer = Trainer(config, run_dir=Path(os.devnull))
+    if checkpoint is not None:
+        from genrl.checkpoint import resolve_checkpoint
+
+        trainer.load_checkpoint(resolve_checkpoint(checkpoint))
+    return trainer
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    trainer = _trainer_for(args)
+    result = trainer.evaluate()
+    for prompt, value in result.per_prompt.items():
+        print(f"{prompt:<32} {value:.3f}")
+    print(f"held-out {trainer.reward.name}: {result.reward:.4f} ({len(result.prompts)} samples)")
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    import torch
+
+    from genrl.evaluation import sample_ode
+    from genrl.plots import save_sample_grid
+
+    trainer = _trainer_for(args)
+    prompts = args.prompt or trainer.prompts.eval
+    n = len(prompts) * args.num_per_prompt
+    order = [prompts[i % len(prompts)] for i in range(n)]
+    policy, cfg = trainer.policy, trainer.config
+    noise = torch.randn(
+        (n, *policy.latent_shape), generator=torch.Generator().manual_seed(args.seed)
+    )
+    latents = sample_ode(
+        policy, order, noise, cfg.eval.num_steps, cfg.sampler.shift, cfg.sampler.guidance_scale
+    )
+    images = policy.decode(latents)
+    scores = trainer.reward(images, order).scores[trainer.reward.name]
+    save_sample_grid(
+        images, order, Path(args.out), num_prompts=len(prompts), per_prompt=args.num_per_prompt
+    )
+    print(f"wrote {args.out} ({n} samples, mean {trainer.reward.name} {float(scores.mean()):.3f})")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    del args
+    from genrl.algorithms import ALGORITHMS
+    from genrl.recipes import DEFAULT_RECIPE, RECIPES
+    from pipelines import POLICIES
+    from reward_models import REWARDS
+    from samplers import SAMPLERS
+
+    def show(title: str, rows: dict[str, str]) -> None:
+        print(f"{title}:")
+        for name, doc in rows.items():
+            print(f"  {name:<24} {doc}")
+
+    def first_line(obj: object) -> str:
+        return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
+
+    show(
+        "recipes",
+        {
+            n + (" (default)" if n == DEFAULT_RECIPE else ""): first_line(f)
+            for n, f in RECIPES.items()
+        },
+    )
+    show("algorithms", {n: first_line(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
+    show("policies", dict(POLICIES))
+    show("rewards", dict(REWARDS))
+    show("samplers", {n: first_line(c) for n, c in SAMPLERS.items()})
+    return 0
+
+
+_COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sample": cmd_sample, "list": cmd_list}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Typed configuration of a training run.
+
+Every field is documented right under it. A run's config is a ``TrainConfig`` built by a recipe
+(``genrl/recipes``) and adjusted with dotted overrides (``--set optim.lr=1e-4``); ``validate()``
+rejects inconsistent settings with an error naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from genrl.algorithms import ALGORITHMS
+from genrl.algorithms.base import AlgorithmConfig
+from genrl.overrides import ConfigError, _unknown, apply_override, parse_assignment, to_dict
+
+
+@dataclass
+class PolicyConfig:
+    name: str = "toy_digits"
+    """Adapter in the policy registry (``genrl list`` shows them)."""
+    pretrained: str | None = None
+    """Local directory/file or hub id of the weights; None uses the adapter's embedded weights."""
+    lora_rank: int = 0
+    """LoRA rank through peft; 0 fine-tunes all parameters (reference = frozen copy)."""
+    lora_alpha: float = 0.0
+    """LoRA scaling numerator; 0 means ``2 * lora_rank`` (Flow-GRPO: r 32, alpha 64)."""
+    lora_target_modules: list[str] | None = None
+    """Module names LoRA wraps; None uses the adapter's default (attention/linear projections)."""
+
+
+@dataclass
+class SamplerConfig:
+    num_steps: int = 10
+    """Sampling steps in rollouts (Flow-GRPO: 10)."""
+    shift: float = 1.0
+    """SD3 time shift of the sigma schedule (1 = linear)."""
+    noise_level: float = 0.7
+    """``a`` in the SDE's ``sigma_s = a*sqrt(s/(1-s))`` (Flow-GRPO: 0.7)."""
+    log_prob_reduction: Literal["mean", "sum"] = "mean"
+    """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
+    guidance_scale: float = 1.0
+    """Classifier-free guidance in rollouts and training; 1 disables CFG (single forward)."""
+
+
+@dataclass
+class RewardSpec:
+    name: str = "digit_classifier"
+    """Reward model in the reward registry."""
+    weight: float = 1.0
+    """Weight of this reward's primary score in the training reward."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments for the reward's constructor (e.g. a checkpoint path)."""
+
+
+@dataclass
+class PromptConfig:
+    dataset: str = "digits"
+    """Prompt set: a registered name or a path to a text file with one prompt per line."""
+    eval_dataset: str | None = None
+    """Held-out prompts for evaluation; None uses the dataset's own held-out split."""
+
+
+@dataclass
+class TrainLoopConfig:
+    iterations: int = 60
+    """Outer iterations (rollout -> rewards -> update)."""
+    prompts_per_iteration: int = 16
+    """Groups per iteration over all processes (Flow-GRPO: 48)."""
+    group_size: int = 8
+    """Samples per prompt (Flow-GRPO: 24)."""
+    inner_epochs: int = 1
+    """Passes over each rollout (Flow-GRPO: 1)."""
+    minibatch_size: int = 64
+    """Training units (for Flow-GRPO: sample-timestep transitions) per forward, per process."""
+    gradient_accumulation_steps: int = 1
+    """Minibatches accumulated into one optimizer step."""
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    """Autocast for model forwards; log-probs are always float32."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    """AdamW learning rate (Flow-GRPO: 3e-4 with LoRA)."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay (Flow-GRPO: 1e-4)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient norm; None disables (Flow-GRPO: 1.0)."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Decay after warm-up, over all optimizer steps of the run."""
+    warmup_steps: int = 0
+    """Linear warm-up steps from 0 to ``lr``."""
+    ema_decay: float | None = None
+    """EMA of trainable weights used for evaluation; None disables (Flow-GRPO: 0.9)."""
+    ema_every: int = 1
+    """Update the EMA every this many optimizer steps (Flow-GRPO: 8)."""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0
+    """Evaluate every this many iterations (0: only before and after training)."""
+    samples_per_prompt: int = 32
+    """Held-out samples per prompt, fixed seeds, deterministic ODE."""
+    seed: int = 1234
+    """Seed of the held-out initial noise."""
+    num_steps: int = 10
+    """ODE steps for evaluation (Flow-GRPO evaluates with 40 on real models)."""
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 5
+    """Print a one-line console summary every this many iterations."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under ``<run>/tensorboard``."""
+    checkpoint_every: int = 0
+    """Save a resumable checkpoint every this many iterations (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Keep this many most recent checkpoints."""
+    progress_bar: bool = True
+    """Show a progress bar over iterations."""
+    grid_prompts: int = 10
+    """Prompts in the before/after sample grids (4 samples each)."""
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "custom"
+    """Name of the recipe this config came from (recorded in summary.json)."""
+    seed: int = 0
+    """Seed of every random stream in the run (prompts, noise, shuffling)."""
+    output_dir: str | None = None
+    """Run directory; None makes ``runs/<recipe>-<timestamp>``."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    reward: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    prompts: PromptConfig = field(default_factory=PromptConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def apply_overrides(self, assignments: list[str]) -> TrainConfig:
+        """Apply ``key=value`` strings in order; returns self."""
+        for text in assignments:
+            key, value = parse_assignment(text)
+            if key == "algorithm.name":
+                # Switching algorithm replaces the whole section with that algorithm's defaults.
+                self.algorithm = algorithm_config(value)
+            else:
+                apply_override(self, key, value)
+        return self
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def validate(self, num_processes: int = 1) -> None:
+        """Raise ``ConfigError`` for inconsistent settings."""
+        t, s, o = self.train, self.sampler, self.optim
+        positive = {
+            "train.iterations": t.iterations,
+            "train.prompts_per_iteration": t.prompts_per_iteration,
+            "train.group_size": t.group_size,
+            "train.inner_epochs": t.inner_epochs,
+            "train.minibatch_size": t.minibatch_size,
+            "train.gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "sampler.num_steps": s.num_steps,
+            "eval.samples_per_prompt": self.eval.samples_per_prompt,
+            "eval.num_steps": self.eval.num_steps,
+            "optim.ema_every": o.ema_every,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}")
+        if o.lr <= 0:
+            raise ConfigError(f"optim.lr must be positive, got {o.lr}")
+        if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+            raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
+        if o.ema_decay is not None and not 0 < o.ema_decay < 1:
+            raise ConfigError(f"optim.ema_decay must lie in (0, 1), got {o.ema_decay}")
+        if o.max_grad_norm is not None and o.max_grad_norm <= 0:
+            raise ConfigError(
+                f"optim.max_grad_norm must be positive or none, got {o.max_grad_norm}"
+            )
+        if s.noise_level < 0:
+            raise ConfigError(f"sampler.noise_level must be >= 0, got {s.noise_level}")
+        if s.shift <= 0:
+            raise ConfigError(f"sampler.shift must be positive, got {s.shift}")
+        if s.guidance_scale < 1:
+            raise ConfigError(
+                f"sampler.guidance_scale must be >= 1 (1 = no CFG), got {s.guidance_scale}"
+            )
+        if self.policy.lora_rank < 0:
+            raise ConfigError(f"policy.lora_rank must be >= 0, got {self.policy.lora_rank}")
+        if not self.reward:
+            raise ConfigError("reward: at least one reward model is needed")
+        samples = t.prompts_per_iteration * t.group_size
+        if samples % num_processes:
+            raise ConfigError(
+                f"train.prompts_per_iteration * train.group_size = {samples} samples per iteration "
+                f"must divide evenly over {num_processes} processes"
+            )
+        if self.algorithm.name not in ALGORITHMS:
+            raise ConfigError(_unknown(self.algorithm.name, list(ALGORITHMS), "algorithm.name"))
+        self.algorithm.validate()
+
+
+def algorithm_config(name: str) -> AlgorithmConfig:
+    """Default config of the registered algorithm ``name``."""
+    if name not in ALGORITHMS:
+        raise ConfigError(_unknown(name, list(ALGORITHMS), "algorithm.name"))
+    return ALGORITHMS[name].Config(name=name)
+
+
+def config_from_dict(data: dict) -> TrainConfig:
+    """Rebuild a ``TrainConfig`` from ``to_dict()`` output (e.g. a run's ``config.json``)."""
+    data = dict(data)
+    algorithm = data.pop("algorithm", {})
+    config = _build(TrainConfig, data, "")
+    config.algorithm = _build(type(algorithm_config(algorithm["name"])), algorithm, "algorithm")
+    return config
+
+
+def _build(cls: type, data: dict, path: str):
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else key
+        if key not in names:
+            raise ConfigError(_unknown(key, sorted(names), where))
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _build(hint, value, where)
+        elif typing.get_origin(hint) is list and isinstance(value, list):
+            (item,) = typing.get_args(hint)
+            if dataclasses.is_dataclass(item):
+                value = [_build(item, v, f"{where}.{i}") for i, v in enumerate(value)]
+        kwargs[key] = value
+    return cls(**kwargs)

@@ -1,0 +1,53 @@
+"""Exponential moving average of the trainable weights, used for evaluation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+class EMA:
+    """``shadow <- decay * shadow + (1 - decay) * param`` every ``every`` optimizer steps.
+
+    Args:
+        network: the unwrapped network whose trainable parameters are averaged.
+        decay: EMA decay (Flow-GRPO: 0.9).
+        every: update interval in optimizer steps (Flow-GRPO: 8).
+    """
+
+    def __init__(self, network: nn.Module, decay: float, every: int = 1) -> None:
+        self.decay = decay
+        self.every = every
+        self.params = {n: p for n, p in network.named_parameters() if p.requires_grad}
+        self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
+
+    @torch.no_grad()
+    def step(self, optimizer_step: int) -> None:
+        if optimizer_step % self.every:
+            return
+        for name, param in self.params.items():
+            self.shadow[name].lerp_(param.detach(), 1 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped_in(self) -> Iterator[None]:
+        """Temporarily load the EMA weights into the network (e.g. for evaluation)."""
+        backup = {n: p.detach().clone() for n, p in self.params.items()}
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(self.shadow[n])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for n, p in self.params.items():
+                    p.copy_(backup[n])
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: t.clone() for n, t in self.shadow.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for n in self.shadow:
+            self.shadow[n].copy_(state[n])

@@ -1,0 +1,124 @@
+"""Policy losses shared by every algorithm: the clipped surrogate and KL terms.
+
+A loss is a small object whose ``__call__`` returns ``(loss, metrics)``; metrics are detached
+Python floats ready for logging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+KLEstimator = Literal["k1", "k2", "k3"]
+
+
+@dataclass
+class ClippedSurrogate:
+    """PPO's clipped surrogate objective (Schulman et al. 2017, eq. 7), negated as a loss.
+
+    ``ratio = exp(log_probs - old_log_probs)``;
+    ``L = mean(max(-A * ratio, -A * clip(ratio, 1 - clip_range_low, 1 + clip_range_high)))``.
+    Separate low/high ranges are DAPO's "clip-higher" (Yu et al. 2025); by default both equal.
+
+    Args:
+        clip_range_low: ``epsilon_low``; Flow-GRPO uses 1e-4 with mean-reduced log-probs.
+        clip_range_high: ``epsilon_high``; None means equal to ``clip_range_low``.
+    """
+
+    clip_range_low: float
+    clip_range_high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.clip_range_high is None:
+            self.clip_range_high = self.clip_range_low
+        if self.clip_range_low <= 0 or self.clip_range_high <= 0:
+            raise ValueError(
+                f"clip ranges must be positive, got low={self.clip_range_low} "
+                f"high={self.clip_range_high}"
+            )
+
+    def __call__(
+        self,
+        log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        advantages: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss over ``[N]`` elements (samples, or sample-timestep pairs).
+
+        Args:
+            log_probs: ``[N]`` under the current parameters (with grad).
+            old_log_probs: ``[N]`` recorded at rollout time.
+            advantages: ``[N]``.
+
+        Returns:
+            scalar loss and metrics: ``clip_fraction`` (share of elements whose clipped term
+            was active), ``ratio_mean/min/max``, ``approx_kl`` (``0.5 * mean((lp - lp_old)^2)``,
+            the estimate Flow-GRPO logs).
+        """
+        if not (log_probs.shape == old_log_probs.shape == advantages.shape):
+            raise ValueError(
+                "log_probs, old_log_probs and advantages must share one shape, got "
+                f"{tuple(log_probs.shape)}, {tuple(old_log_probs.shape)}, {tuple(advantages.shape)}"
+            )
+        assert self.clip_range_high is not None
+        log_ratio = log_probs - old_log_probs.detach()
+        ratio = torch.exp(log_ratio)
+        unclipped = -advantages * ratio
+        clipped = -advantages * ratio.clamp(1 - self.clip_range_low, 1 + self.clip_range_high)
+        loss = torch.maximum(unclipped, clipped).mean()
+        with torch.no_grad():
+            metrics = {
+                "clip_fraction": float((clipped > unclipped).float().mean()),
+                "ratio_mean": float(ratio.mean()),
+                "ratio_min": float(ratio.min()),
+                "ratio_max": float(ratio.max()),
+                "approx_kl": float(0.5 * log_ratio.square().mean()),
+            }
+        return loss, metrics
+
+
+def gaussian_mean_kl(
+    mean: torch.Tensor,
+    ref_mean: torch.Tensor,
+    std: torch.Tensor,
+    reduction: Literal["mean", "sum"] = "mean",
+) -> torch.Tensor:
+    """KL between two Gaussian transitions that share their std: ``||mu - mu_ref||^2 / (2 std^2)``.
+
+    This is the Flow-GRPO KL regulariser on the SDE step means (Liu et al. 2025, eq. 12). It is
+    computed per element and reduced like the log-probs (``"mean"`` or ``"sum"`` over the event).
+    Note: the Flow-GRPO reference code divides by the diffusion coefficient ``sigma_s^2`` instead of
+    the transition variance ``sigma_s^2 * |dt|``; we use the exact KL, which is larger by
+    ``1 / |dt|``, so its ``beta`` values are not directly transferable.
+
+    Args:
+        mean, ref_mean: ``[N, *event]``.
+        std: ``[N]`` transition std (positive).
+
+    Returns:
+        ``[N]``.
+    """
+    var = std.reshape(-1, *([1] * (mean.ndim - 1))).square()
+    kl = (mean - ref_mean).square() / (2 * var)
+    dims = tuple(range(1, kl.ndim))
+    return kl.mean(dim=dims) if reduction == "mean" else kl.sum(dim=dims)
+
+
+def token_kl(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator = "k3"
+) -> torch.Tensor:
+    """Per-element KL(pi || pi_ref) estimates from samples of pi (Schulman, "Approximating KL").
+
+    With ``d = ref_log_probs - log_probs``: ``k1 = -d``, ``k2 = d^2 / 2``,
+    ``k3 = exp(d) - d - 1`` (unbiased and non-negative; GRPO's choice).
+    """
+    d = ref_log_probs - log_probs
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        return torch.exp(d) - d - 1
+    raise ValueError(f"KL estimator must be one of k1, k2, k3, got {estimator!r}")

@@ -1,0 +1,89 @@
+"""Metrics: one JSON line per iteration, TensorBoard scalars, and a short console summary."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+class MetricsWriter:
+    """Appends ``{"iteration": i, ...}`` lines to ``metrics.jsonl`` and mirrors them to TensorBoard.
+
+    Args:
+        run_dir: the run directory.
+        tensorboard: also write event files under ``run_dir/tensorboard``.
+        resume_iteration: on resume, drop lines logged after this iteration so that no iteration
+            appears twice.
+    """
+
+    def __init__(
+        self, run_dir: Path, tensorboard: bool = True, resume_iteration: int | None = None
+    ) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        if resume_iteration is not None and self.path.exists():
+            kept = [row for row in read_metrics(self.path) if row["iteration"] <= resume_iteration]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_iteration)
+
+    def write(self, iteration: int, metrics: dict[str, float]) -> None:
+        row = {"iteration": iteration, **{k: _finite(v) for k, v in metrics.items()}}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, iteration)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; None marks a missing value
+    return value
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+class MeanAccumulator:
+    """Averages metric dicts over minibatches."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self.sums[k] += float(v)
+            self.counts[k] += 1
+
+    def means(self, prefix: str = "") -> dict[str, float]:
+        return {prefix + k: self.sums[k] / self.counts[k] for k in self.sums}
+
+
+def console_line(iteration: int, total: int, metrics: dict[str, float]) -> str:
+    """``it 10/60  reward 0.612±0.210  kl 1.2e-03  clip 0.02  3.1 s/it``."""
+    parts = [f"it {iteration}/{total}"]
+    if "reward/mean" in metrics:
+        parts.append(f"reward {metrics['reward/mean']:.3f}±{metrics.get('reward/std', 0.0):.3f}")
+    if "eval/reward" in metrics:
+        parts.append(f"eval {metrics['eval/reward']:.3f}")
+    for key, label in (("loss/kl", "kl"), ("loss/clip_fraction", "clip"), ("grad_norm", "|g|")):
+        if key in metrics:
+            parts.append(f"{label} {metrics[key]:.2e}")
+    if "time/iteration_s" in metrics:
+        parts.append(f"{metrics['time/iteration_s']:.2f} s/it")
+    return "  ".join(parts)

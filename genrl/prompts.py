@@ -1,0 +1,79 @@
+"""Prompt sources: the training prompts and the held-out evaluation prompts of a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class PromptSource:
+    """Training and held-out prompts.
+
+    ``sample(n, seed, iteration)`` draws ``n`` training prompts for one iteration, without
+    replacement while ``n`` does not exceed the number of prompts; it depends only on its
+    arguments, so resumed and multi-process runs draw the same prompts.
+    """
+
+    train: list[str]
+    eval: list[str]
+
+    def __post_init__(self) -> None:
+        if not self.train:
+            raise ValueError("the prompt source has no training prompts")
+        if not self.eval:
+            raise ValueError("the prompt source has no evaluation prompts")
+
+    def sample(self, n: int, seed: int, iteration: int) -> list[str]:
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + iteration * 31 + 17)
+        order: list[int] = []
+        while len(order) < n:
+            order.extend(torch.randperm(len(self.train), generator=generator).tolist())
+        return [self.train[i] for i in order[:n]]
+
+
+def _digits() -> PromptSource:
+    from pipelines.toy.prompts import ALL_PROMPTS, DIGIT_WORDS, prompt_for
+
+    templates = range(3)
+    train = [prompt_for(d, t) for t in templates for d in range(len(DIGIT_WORDS))]
+    return PromptSource(train=train, eval=list(ALL_PROMPTS))
+
+
+# Registered prompt sets; a path to a text file works as well (one prompt per line).
+PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {"digits": _digits}
+
+
+def read_prompt_file(path: str | Path) -> list[str]:
+    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    prompts = [line for line in lines if line and not line.startswith("#")]
+    if not prompts:
+        raise ValueError(f"prompt file {path} holds no prompts")
+    return prompts
+
+
+def load_prompts(dataset: str, eval_dataset: str | None = None) -> PromptSource:
+    """Resolve a registered name or a text file into a ``PromptSource``."""
+    if dataset in PROMPT_SETS:
+        source = PROMPT_SETS[dataset]()
+    elif Path(dataset).is_file():
+        prompts = read_prompt_file(dataset)
+        source = PromptSource(train=prompts, eval=prompts)
+    else:
+        raise ValueError(
+            f"prompts.dataset {dataset!r} is neither a registered prompt set "
+            f"({', '.join(PROMPT_SETS)}) nor an existing text file"
+        )
+    if eval_dataset is not None:
+        source.eval = load_prompts(eval_dataset).train
+    return source
+
+
+def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
+    PROMPT_SETS[name] = factory
+
+
+__all__ = ["PROMPT_SETS", "PromptSource", "load_prompts", "register_prompt_set"]

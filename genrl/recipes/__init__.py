@@ -1,0 +1,27 @@
+"""Recipes: functions returning a complete ``TrainConfig``. ``genrl train NAME`` runs one."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from genrl.config import TrainConfig
+from genrl.overrides import ConfigError
+from genrl.recipes.digits import digits_flow_grpo, digits_flow_grpo_lora
+
+RECIPES: dict[str, Callable[[], TrainConfig]] = {
+    "digits_flow_grpo": digits_flow_grpo,
+    "digits_flow_grpo_lora": digits_flow_grpo_lora,
+}
+DEFAULT_RECIPE = "digits_flow_grpo"
+
+
+def get_recipe(name: str) -> TrainConfig:
+    if name not in RECIPES:
+        close = difflib.get_close_matches(name, list(RECIPES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown recipe {name!r}.{hint} Known: {', '.join(RECIPES)}")
+    return RECIPES[name]()
+
+
+__all__ = ["DEFAULT_RECIPE", "RECIPES", "get_recipe"]

@@ -1,0 +1,86 @@
+"""What a run leaves for a person: resolved config, sample grids, reward curve, before/after
+table and ``summary.json`` (DESIGN.md section 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from genrl.evaluation import EvalResult
+from genrl.metrics import read_metrics
+from genrl.plots import save_reward_curve, save_sample_grid
+
+
+class RunReport:
+    """Writes the run directory's human-facing files (main process only)."""
+
+    def __init__(self, trainer: Any, run_dir: Path) -> None:
+        self.trainer = trainer
+        self.run_dir = run_dir
+
+    def start(self, resumed: bool) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        config = self.trainer.config.to_dict()
+        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        verb = "resuming" if resumed else "writing"
+        print(f"genrl: {verb} run {self.run_dir} (recipe {self.trainer.config.recipe})", flush=True)
+
+    def samples(self, result: EvalResult, name: str) -> None:
+        save_sample_grid(
+            result.images,
+            result.prompts,
+            self.run_dir / name,
+            num_prompts=self.trainer.config.logging.grid_prompts,
+        )
+
+    def finish(self, after: EvalResult, wall_seconds: float) -> dict[str, Any]:
+        t = self.trainer
+        self.samples(after, "samples_after.png")
+        before = t.eval_history["before"]
+        save_reward_curve(
+            read_metrics(self.run_dir / "metrics.jsonl"),
+            self.run_dir / "reward_curve.png",
+            f"{t.config.recipe}: {t.config.algorithm.name}",
+        )
+        summary = {
+            "recipe": t.config.recipe,
+            "algorithm": t.config.algorithm.name,
+            "heldout_reward_before": before["reward"],
+            "heldout_reward_after": after.reward,
+            "heldout_reward_gain": after.reward - before["reward"],
+            "heldout_samples": len(after.prompts),
+            "heldout_scores_before": before["scores"],
+            "heldout_scores_after": after.scores,
+            "heldout_per_prompt_before": before["per_prompt"],
+            "heldout_per_prompt_after": after.per_prompt,
+            "iterations": t.iteration,
+            "optimizer_steps": t.optimizer_steps,
+            "samples_seen": t.iteration * t.num_global,
+            "wall_seconds": wall_seconds,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
+        print(
+            f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "
+            f"({after.reward - before['reward']:+.3f}) on {len(after.prompts)} samples; "
+            f"{wall_seconds:.0f} s; outputs in {self.run_dir}",
+            flush=True,
+        )
+        return summary
+
+
+def before_after_table(before: dict[str, float], after: dict[str, float], name: str) -> str:
+    width = max(len("prompt"), *(len(p) for p in before))
+    lines = [f"{'prompt':<{width}}  {'before':>7}  {'after':>7}  {'change':>7}"]
+    lines.append("-" * len(lines[0]))
+    for prompt, b in before.items():
+        a = after.get(prompt, float("nan"))
+        lines.append(f"{prompt:<{width}}  {b:7.3f}  {a:7.3f}  {a - b:+7.3f}")
+    mean_b = sum(before.values()) / len(before)
+    mean_a = sum(after.values()) / len(after)
+    lines.append("-" * len(lines[0]))
+    lines.append(
+        f"{'mean ' + name:<{width}}  {mean_b:7.3f}  {mean_a:7.3f}  {mean_a - mean_b:+7.3f}"
+    )
+    return "\n".join(lines)

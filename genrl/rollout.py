@@ -1,0 +1,98 @@
+"""Typed rollout containers. Every tensor field has a leading batch dimension ``N``.
+
+``Batch.select(index)`` slices every per-sample field at once, so minibatching and per-process
+slicing never forget a field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import torch
+
+B = TypeVar("B", bound="Batch")
+
+
+@dataclass
+class Batch:
+    """Base class: fields that are tensors, lists or dicts of tensors are per-sample."""
+
+    def __len__(self) -> int:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                return value.shape[0]
+            if isinstance(value, list):
+                return len(value)
+        raise TypeError(f"{type(self).__name__} has no per-sample field")
+
+    def select(self: B, index: torch.Tensor | slice) -> B:
+        """A new batch holding the samples at ``index`` (a slice or a ``[M]`` long tensor)."""
+        values = {f.name: _select(getattr(self, f.name), index) for f in dataclasses.fields(self)}
+        return type(self)(**values)
+
+
+def _select(value: object, index: torch.Tensor | slice) -> object:
+    if isinstance(value, torch.Tensor):
+        return value[index]
+    if isinstance(value, list):
+        if isinstance(index, slice):
+            return value[index]
+        return [value[i] for i in index.tolist()]
+    if isinstance(value, dict):
+        return {k: _select(v, index) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class FlowTrajectory(Batch):
+    """Trajectories of a flow model sampled with a stochastic sampler.
+
+    Attributes:
+        prompts: ``N`` prompt strings.
+        group_ids: ``[N]`` long; samples of one prompt's group share an id (unique per iteration
+            across all processes).
+        condition: the adapter's prompt encoding, a dict of ``[N, ...]`` tensors.
+        latents: ``[N, T + 1, *event]`` float32 states ``x_{s_0} .. x_{s_T}``; ``latents[:, -1]`` is
+            the final sample.
+        log_probs: ``[N, T]`` float32 log-probs of each transition at sampling time.
+        trainable_steps: ``[N, T]`` bool, True where the transition was drawn stochastically and
+            may be trained (all True for a pure SDE rollout).
+        advantages: ``[N]`` float32, filled after rewards (zeros until then).
+    """
+
+    prompts: list[str]
+    group_ids: torch.Tensor
+    condition: dict[str, torch.Tensor]
+    latents: torch.Tensor
+    log_probs: torch.Tensor
+    trainable_steps: torch.Tensor
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    @property
+    def final(self) -> torch.Tensor:
+        """``[N, *event]`` clean samples."""
+        return self.latents[:, -1]
+
+
+@dataclass
+class FlowTransitions(Batch):
+    """Flat (sample, timestep) pairs: the training unit of step-wise flow policy gradients.
+
+    Attributes:
+        condition: dict of ``[U, ...]`` tensors.
+        sample: ``[U, *event]`` state before the step.
+        next_sample: ``[U, *event]`` state after the step (the action being scored).
+        timestep_index: ``[U]`` long step index into the sampler's sigmas.
+        old_log_probs: ``[U]`` log-prob recorded at rollout time.
+        advantages: ``[U]`` advantage of the trajectory the transition belongs to.
+    """
+
+    condition: dict[str, torch.Tensor]
+    sample: torch.Tensor
+    next_sample: torch.Tensor
+    timestep_index: torch.Tensor
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor

@@ -1,0 +1,391 @@
+"""The one training loop. It knows phases, not algorithms (DESIGN.md section 2):
+
+1. prompts  2. rollout  3. rewards  4. advantages  5. update  6. bookkeeping
+
+Everything random is derived from ``(seed, iteration)`` (see ``RolloutNoise``), so a resumed run
+and a run on several processes reproduce a single uninterrupted one-process run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genrl import checkpoint as ckpt
+from genrl.advantages import zero_std_fraction
+from genrl.algorithms import ALGORITHMS
+from genrl.algorithms.base import RolloutNoise
+from genrl.config import TrainConfig
+from genrl.ema import EMA
+from genrl.evaluation import EvalResult, evaluate
+from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
+from genrl.metrics import MeanAccumulator, MetricsWriter, console_line, read_metrics
+from genrl.prompts import load_prompts
+
+
+class Trainer:
+    """Builds policy, rewards, algorithm and optimizer from a ``TrainConfig`` and trains.
+
+    Args:
+        config: the run's configuration (validated here).
+        run_dir: where outputs go; default ``config.output_dir`` or ``runs/<recipe>-<time>``.
+        resume_from: a run directory or checkpoint directory to continue from.
+        accelerator: an ``accelerate.Accelerator``; one is created when None.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: str | Path | None = None,
+        resume_from: str | Path | None = None,
+        accelerator: Any = None,
+    ) -> None:
+        from accelerate import Accelerator
+
+        from pipelines import build_policy
+        from reward_models import CompositeReward, build_reward
+
+        self.accelerator = accelerator or Accelerator(mixed_precision=config.train.mixed_precision)
+        config.validate(self.accelerator.num_processes)
+        self.config = config
+        self.run_dir = Path(run_dir or config.output_dir or _default_run_dir(config.recipe))
+
+        # Resolve the checkpoint first so that a bad --resume fails before any heavy work.
+        self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
+
+        p = config.policy
+        self.policy = build_policy(p.name, pretrained=p.pretrained)
+        self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
+        self.reward = CompositeReward(
+            [(build_reward(spec.name, **spec.kwargs), spec.weight) for spec in config.reward]
+        )
+        self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
+        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
+
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(
+            self.policy.trainable_parameters(),
+            lr=o.lr,
+            betas=(o.betas[0], o.betas[1]),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+        )
+        self.policy.module, self.optimizer = self.accelerator.prepare(
+            self.policy.module, self.optimizer
+        )
+        self.ema = EMA(self.policy.network, o.ema_decay, o.ema_every) if o.ema_decay else None
+
+        t = config.train
+        self.num_global = t.prompts_per_iteration * t.group_size
+        self.local = process_slice(
+            self.num_global, self.accelerator.num_processes, self.accelerator.process_index
+        )
+        units = self.algorithm.num_units(self.local.stop - self.local.start)
+        self.minibatches_per_epoch = math.ceil(units / t.minibatch_size)
+        steps_per_epoch = math.ceil(self.minibatches_per_epoch / t.gradient_accumulation_steps)
+        self.total_optimizer_steps = t.iterations * t.inner_epochs * steps_per_epoch
+
+        self.iteration = 0
+        self.optimizer_steps = 0
+        self.eval_history: dict[str, Any] = {}
+        self.wall_seconds_before = 0.0
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def _lr(self, step: int) -> float:
+        o = self.config.optim
+        if step < o.warmup_steps:
+            return o.lr * (step + 1) / o.warmup_steps
+        span = max(1, self.total_optimizer_steps - o.warmup_steps)
+        progress = min(1.0, (step - o.warmup_steps) / span)
+        if o.lr_schedule == "cosine":
+            return o.lr * 0.5 * (1 + math.cos(math.pi * progress))
+        if o.lr_schedule == "linear":
+            return o.lr * (1 - progress)
+        return o.lr
+
+    def train_iteration(self) -> dict[str, float]:
+        """One iteration of the six phases; returns its metrics."""
+        cfg, acc = self.config, self.accelerator
+        it = self.iteration
+        t_start = time.perf_counter()
+
+        # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
+        prompts = self.prompts.sample(cfg.train.prompts_per_iteration, cfg.seed, it)
+        global_prompts, global_group_ids = expand_groups(prompts, cfg.train.group_size)
+        noise = RolloutNoise(cfg.seed, it, self.num_global, self.local)
+        local_prompts = global_prompts[self.local]
+
+        # 2. Rollout (no gradients).
+        self.policy.module.eval()
+        with torch.no_grad(), acc.autocast():
+            rollout = self.algorithm.collect(
+                self.policy, local_prompts, global_group_ids[self.local], noise
+            )
+        t_rollout = time.perf_counter()
+
+        # 3. Rewards, gathered so that every group is whole.
+        outputs = self.algorithm.final_outputs(self.policy, rollout)
+        local_scores = self.reward(outputs, local_prompts).scores
+        scores = gather_scores(local_scores, acc)
+        rewards = scores[self.reward.name]
+        t_reward = time.perf_counter()
+
+        # 4. Advantages on the gathered batch; keep this process's slice.
+        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
+        rollout.advantages = advantages[self.local].to(torch.float32)
+
+        # 5. Update.
+        self.policy.module.train()
+        update_metrics = self._update(rollout, noise)
+        t_update = time.perf_counter()
+
+        # 6. Bookkeeping.
+        metrics: dict[str, float] = {}
+        for name, values in scores.items():
+            metrics[f"{name}/mean"] = float(values.mean())
+            metrics[f"{name}/std"] = float(values.std(unbiased=False))
+        metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, global_group_ids)
+        metrics.update(
+            {f"reward/{k}": v for k, v in group_stats(rewards, global_group_ids).items()}
+        )
+        metrics["advantages/mean"] = float(advantages.mean())
+        metrics["advantages/abs_mean"] = float(advantages.abs().mean())
+        metrics.update(update_metrics)
+        metrics["lr"] = self._lr(max(0, self.optimizer_steps - 1))
+        metrics["optimizer_steps"] = float(self.optimizer_steps)
+        metrics["time/rollout_s"] = t_rollout - t_start
+        metrics["time/reward_s"] = t_reward - t_rollout
+        metrics["time/update_s"] = t_update - t_reward
+        metrics["time/iteration_s"] = time.perf_counter() - t_start
+        metrics["time/samples_per_s"] = self.num_global / max(t_rollout - t_start, 1e-9)
+        self.iteration += 1
+        return metrics
+
+    def _update(self, rollout: Any, noise: RolloutNoise) -> dict[str, float]:
+        cfg, acc = self.config, self.accelerator
+        units = self.algorithm.training_units(rollout, noise)
+        n_units = len(units)
+        accumulate = cfg.train.gradient_accumulation_steps
+        tracker = MeanAccumulator()
+        first_ratio_deviation = None
+        for epoch in range(cfg.train.inner_epochs):
+            order = noise.permutation(20_000 + epoch, n_units)
+            chunks = list(order.split(cfg.train.minibatch_size))
+            for k, index in enumerate(chunks):
+                window_start = (k // accumulate) * accumulate
+                window = min(accumulate, len(chunks) - window_start)
+                is_step = k == window_start + window - 1
+                sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
+                with sync, acc.autocast():
+                    loss, metrics = self.algorithm.loss(self.policy, units.select(index))
+                    acc.backward(loss / window)
+                if first_ratio_deviation is None and "ratio_max" in metrics:
+                    first_ratio_deviation = max(
+                        abs(metrics["ratio_max"] - 1), abs(metrics["ratio_min"] - 1)
+                    )
+                tracker.add({f"loss/{k2}": v for k2, v in metrics.items()})
+                tracker.add({"loss/total": float(loss.detach())})
+                if is_step:
+                    tracker.add(self._optimizer_step())
+        out = tracker.means()
+        if first_ratio_deviation is not None:
+            out["loss/first_minibatch_ratio_deviation"] = first_ratio_deviation
+        out["train_units"] = float(n_units)
+        return out
+
+    def _optimizer_step(self) -> dict[str, float]:
+        acc, o = self.accelerator, self.config.optim
+        metrics: dict[str, float] = {}
+        params = self.policy.trainable_parameters()
+        if o.max_grad_norm is not None:
+            metrics["grad_norm"] = float(acc.clip_grad_norm_(params, o.max_grad_norm))
+        else:
+            norms = [p.grad.norm() for p in params if p.grad is not None]
+            metrics["grad_norm"] = (
+                float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+            )
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._lr(self.optimizer_steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        if self.ema is not None:
+            self.ema.step(self.optimizer_steps)
+        return metrics
+
+    # ------------------------------------------------------------------------------------------
+    def evaluate(self) -> EvalResult:
+        """Held-out reward of the current (or EMA) weights; run on every process, same result."""
+        cfg = self.config
+        self.policy.module.eval()
+        context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+        with context:
+            return evaluate(
+                self.policy,
+                self.reward,
+                self.prompts.eval,
+                samples_per_prompt=cfg.eval.samples_per_prompt,
+                seed=cfg.eval.seed,
+                num_steps=cfg.eval.num_steps,
+                shift=cfg.sampler.shift,
+                guidance_scale=cfg.sampler.guidance_scale,
+            )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "optimizer_steps": self.optimizer_steps,
+            "algorithm": self.algorithm.state_dict(),
+            "reward": self.reward.state_dict(),
+            "eval_history": self.eval_history,
+            "wall_seconds": self.wall_seconds_before,
+        }
+
+    def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
+        self.wall_seconds_before = wall_seconds
+        path = None
+        if self.is_main:
+            path = ckpt.save_checkpoint(
+                self.run_dir,
+                self.iteration,
+                trainable=self.policy.trainable_state_dict(),
+                optimizer=self.optimizer.state_dict(),
+                state=self.state(),
+                ema=self.ema.state_dict() if self.ema is not None else None,
+                keep=self.config.logging.keep_checkpoints,
+            )
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def load_checkpoint(self, path: Path) -> None:
+        data = ckpt.load_checkpoint(path)
+        self.policy.load_trainable_state_dict(data["trainable"])
+        self.optimizer.load_state_dict(data["optimizer"])
+        if self.ema is not None:
+            if "ema" not in data:
+                raise ckpt.CheckpointError(f"{path} has no EMA weights but optim.ema_decay is set")
+            self.ema.load_state_dict(data["ema"])
+        state = data["state"]
+        self.iteration = int(state["iteration"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.reward.load_state_dict(state["reward"])
+        self.eval_history = dict(state.get("eval_history", {}))
+        self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
+        ckpt.restore_rng(state)
+
+    # ------------------------------------------------------------------------------------------
+    def train(self, stop_after: int | None = None) -> dict[str, Any]:
+        """Run (or continue) training; returns the summary written to ``summary.json``.
+
+        Args:
+            stop_after: stop once this many iterations are done in total (for tests and for
+                splitting a run); the run stays resumable.
+        """
+        from genrl.report import RunReport
+
+        cfg = self.config
+        if self._resume_path is not None:
+            self.load_checkpoint(self._resume_path)
+        report = RunReport(self, self.run_dir) if self.is_main else None
+        if report is not None:
+            report.start(resumed=self._resume_path is not None)
+        started = time.perf_counter() - self.wall_seconds_before
+        writer = (
+            MetricsWriter(
+                self.run_dir,
+                cfg.logging.tensorboard,
+                resume_iteration=self.iteration if self._resume_path else None,
+            )
+            if self.is_main
+            else None
+        )
+
+        if "before" not in self.eval_history:
+            before = self.evaluate()
+            self.eval_history["before"] = _eval_record(before)
+            if report is not None:
+                report.samples(before, "samples_before.png")
+                writer.write(0, {"eval/reward": before.reward})  # type: ignore[union-attr]
+
+        end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
+        bar = _progress(
+            self.iteration, cfg.train.iterations, cfg.logging.progress_bar and self.is_main
+        )
+        interrupted = False
+        try:
+            while self.iteration < end:
+                metrics = self.train_iteration()
+                every = cfg.eval.every
+                if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
+                    metrics["eval/reward"] = self.evaluate().reward
+                if writer is not None:
+                    writer.write(self.iteration, metrics)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{metrics[self.reward.name + '/mean']:.3f}")
+                if self.is_main and self.iteration % cfg.logging.log_every == 0:
+                    _echo(bar, console_line(self.iteration, cfg.train.iterations, metrics))
+                ce = cfg.logging.checkpoint_every
+                if ce and self.iteration % ce == 0 and self.iteration < end:
+                    self.save_checkpoint(time.perf_counter() - started)
+        except KeyboardInterrupt:
+            interrupted = True
+            _echo(bar, f"interrupted: saving a checkpoint at iteration {self.iteration}")
+        finally:
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - started
+        self.save_checkpoint(wall)
+        summary: dict[str, Any] = {}
+        if self.iteration >= cfg.train.iterations and not interrupted:
+            after = self.evaluate()
+            self.eval_history["after"] = _eval_record(after)
+            if writer is not None:
+                writer.write(self.iteration, {"eval/reward": after.reward})
+            if report is not None:
+                summary = report.finish(after, wall)
+        if writer is not None:
+            writer.close()
+        if interrupted:
+            raise KeyboardInterrupt
+        return summary
+
+
+def _eval_record(result: EvalResult) -> dict[str, Any]:
+    return {"reward": result.reward, "per_prompt": result.per_prompt, "scores": result.scores}
+
+
+def _default_run_dir(recipe: str) -> Path:
+    return Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _progress(start: int, total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=start, desc="training", unit="it", dynamic_ncols=True)
+
+
+def _echo(bar: Any, line: str) -> None:
+    if bar is not None:
+        bar.write(line)
+    else:
+        print(line, flush=True)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+__all__ = ["Trainer", "read_metrics", "read_summary"]

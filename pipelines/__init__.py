@@ -1,0 +1,23 @@
+"""Modality adapters: one file per model family, built by name from the policy registry."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> "module:Class"; imported only when built so that heavy libraries load on demand.
+POLICIES: dict[str, str] = {
+    "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
+}
+
+
+def build_policy(name: str, **kwargs: Any) -> Any:
+    """Instantiate the adapter registered as ``name``."""
+    if name not in POLICIES:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(POLICIES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown policy {name!r}.{hint} Known: {', '.join(POLICIES)}")
+    module_name, cls_name = POLICIES[name].split(":")
+    return getattr(importlib.import_module(module_name), cls_name)(**kwargs)

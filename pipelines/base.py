@@ -1,0 +1,148 @@
+"""The flow-policy adapter contract shared by every flow-matching model family.
+
+An adapter wraps a real model (or the embedded toy) and exposes what algorithms need: prompt
+encoding, velocity prediction with optional classifier-free guidance, decoding to images, the
+trainable parameters (LoRA through peft, or all), a reference-policy context, and saving.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import copy
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+Condition = dict[str, torch.Tensor]
+
+
+def cat_conditions(a: Condition, b: Condition) -> Condition:
+    """Concatenate two prompt encodings along the batch dimension."""
+    return {k: torch.cat([a[k], b[k]]) for k in a}
+
+
+class FlowPolicy(abc.ABC):
+    """Base adapter. Subclasses set ``self.module`` (the trainable network, possibly peft-wrapped)
+    and implement ``encode_prompts``, ``null_condition``, ``forward_model`` and ``decode``.
+
+    ``self.module`` is what the trainer hands to ``accelerator.prepare``; after that it may be a
+    DDP wrapper, so the unwrapped network is kept in ``self.network``.
+    """
+
+    latent_shape: tuple[int, ...]
+    module: nn.Module
+    network: nn.Module
+
+    def __init__(self) -> None:
+        self._frozen_reference: nn.Module | None = None
+        self._use_reference = False
+
+    # -- to implement ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode_prompts(self, prompts: list[str]) -> Condition:
+        """Encode prompts once; every tensor is ``[B, ...]``."""
+
+    @abc.abstractmethod
+    def null_condition(self, condition: Condition) -> Condition:
+        """The unconditional encoding matching ``condition``'s batch, for CFG."""
+
+    @abc.abstractmethod
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        """Velocity ``[B, *event]`` of ``module`` at noise level ``sigma`` ``[B]``."""
+
+    @abc.abstractmethod
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
+
+    # -- shared ---------------------------------------------------------------------------------
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        condition: Condition,
+        guidance_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """Velocity with classifier-free guidance ``v_u + g * (v_c - v_u)`` when ``g != 1``.
+
+        Conditional and unconditional branches go through one batched forward; the unconditional
+        branch is detached so that gradients flow only through the conditional one (Flow-GRPO).
+        """
+        module = self._active_module()
+        if guidance_scale == 1.0:
+            return self.forward_model(module, latents, sigma, condition)
+        both = self.forward_model(
+            module,
+            torch.cat([latents, latents]),
+            torch.cat([sigma, sigma]),
+            cat_conditions(condition, self.null_condition(condition)),
+        )
+        cond, uncond = both.chunk(2)
+        uncond = uncond.detach()
+        return uncond + guidance_scale * (cond - uncond)
+
+    def _active_module(self) -> nn.Module:
+        if self._use_reference and self._frozen_reference is not None:
+            return self._frozen_reference
+        return self.network if self._use_reference else self.module
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """Inside this context ``velocity`` uses the reference policy: the base model with the
+        LoRA adapter disabled (no second copy), or a frozen copy made at setup for full
+        fine-tuning."""
+        self._use_reference = True
+        try:
+            if self.is_lora:
+                with self.network.disable_adapter():  # type: ignore[operator]
+                    yield
+            else:
+                yield
+        finally:
+            self._use_reference = False
+
+    @property
+    def is_lora(self) -> bool:
+        return hasattr(self.network, "disable_adapter") and hasattr(self.network, "peft_config")
+
+    def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
+        """Make the network trainable: wrap it with a LoRA adapter (``rank > 0``) or unfreeze it
+        all and keep a frozen reference copy."""
+        if rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            targets = target_modules or self.default_lora_targets()
+            lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, target_modules=targets)
+            self.network.requires_grad_(False)
+            self.network = get_peft_model(self.network, lora)
+        else:
+            self._frozen_reference = copy.deepcopy(self.network).requires_grad_(False).eval()
+            self.network.requires_grad_(True)
+        self.module = self.network
+
+    def default_lora_targets(self) -> list[str]:
+        return [n for n, m in self.network.named_modules() if isinstance(m, nn.Linear)]
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.network.parameters() if p.requires_grad]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            n: p.detach().clone() for n, p in self.network.named_parameters() if p.requires_grad
+        }
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.network.named_parameters())
+        missing = [n for n, p in params.items() if p.requires_grad and n not in state]
+        unexpected = [n for n in state if n not in params]
+        if missing or unexpected:
+            raise ValueError(
+                f"checkpoint does not match the policy: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]} (was it saved with another LoRA/full setting?)"
+            )
+        with torch.no_grad():
+            for n, value in state.items():
+                params[n].copy_(value)

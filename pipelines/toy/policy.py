@@ -1,0 +1,50 @@
+"""Flow-policy adapter for the embedded digits generator (``pipelines.toy.models``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pipelines.base import Condition, FlowPolicy
+from pipelines.toy.models import DigitFlowModel, load_flow_model, to_pixels
+from pipelines.toy.prompts import parse_prompt
+
+
+class ToyDigitsPolicy(FlowPolicy):
+    """Class-conditional 8x8 digit generator; the prompt's digit is the condition.
+
+    Args:
+        pretrained: path of a ``digits_flow`` safetensors file; None uses the embedded weights.
+    """
+
+    latent_shape = (1, 8, 8)
+
+    def __init__(self, pretrained: str | None = None) -> None:
+        super().__init__()
+        self.network: nn.Module = load_flow_model(pretrained)
+        self.network.requires_grad_(False)
+        self.module = self.network
+        self.num_classes = _base_model(self.network).num_classes
+
+    def encode_prompts(self, prompts: list[str]) -> Condition:
+        return {"labels": torch.tensor([parse_prompt(p) for p in prompts], dtype=torch.long)}
+
+    def null_condition(self, condition: Condition) -> Condition:
+        return {"labels": torch.full_like(condition["labels"], self.num_classes)}
+
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        return module(latents, sigma, condition["labels"])
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return to_pixels(latents)
+
+    def default_lora_targets(self) -> list[str]:
+        return list(DigitFlowModel.lora_target_modules)
+
+
+def _base_model(module: nn.Module) -> DigitFlowModel:
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    assert isinstance(base, DigitFlowModel)
+    return base

@@ -1,0 +1,36 @@
+"""Reward models behind one interface; heavy imports are deferred until a model is built."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any
+
+from reward_models.base import CallableReward, RewardModel, RewardOutput
+from reward_models.composite import CompositeReward, RewardError
+
+# name -> "module:Class", imported on build.
+REWARDS: dict[str, str] = {
+    "digit_classifier": "reward_models.digits:DigitClassifierReward",
+}
+
+
+def build_reward(name: str, **kwargs: Any) -> RewardModel:
+    """Instantiate the reward registered as ``name``."""
+    if name not in REWARDS:
+        close = difflib.get_close_matches(name, list(REWARDS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown reward {name!r}.{hint} Known: {', '.join(REWARDS)}")
+    module_name, cls_name = REWARDS[name].split(":")
+    return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+
+
+__all__ = [
+    "REWARDS",
+    "CallableReward",
+    "CompositeReward",
+    "RewardError",
+    "RewardModel",
+    "RewardOutput",
+    "build_reward",
+]

@@ -1,0 +1,102 @@
+"""The reward-model contract (DESIGN.md section 3).
+
+A reward model is called on a batch of decoded outputs with their prompts and returns named score
+vectors. Its *primary* score (the one named like the reward) is what training uses; other scores
+are logged. Plain Python callables with TRL's signature are accepted through ``CallableReward``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class RewardOutput:
+    """Scores of one batch.
+
+    Attributes:
+        scores: name -> ``[B]`` float32 tensor. NaN marks "not applicable" for that sample only
+            when the reward says so through ``applicable``.
+        applicable: name -> ``[B]`` bool; missing means applicable everywhere.
+        info: optional per-sample extras (e.g. a judge's text), ``B`` dicts.
+    """
+
+    scores: dict[str, torch.Tensor]
+    applicable: dict[str, torch.Tensor] = field(default_factory=dict)
+    info: list[dict[str, Any]] | None = None
+
+
+class RewardModel(abc.ABC):
+    """Base class. Subclasses set ``name`` and implement ``score``; loading is lazy (first call)."""
+
+    name: str = "reward"
+
+    def __call__(
+        self,
+        outputs: Any,
+        prompts: Sequence[str],
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> RewardOutput:
+        if len(prompts) != _batch_len(outputs):
+            raise ValueError(
+                f"reward {self.name!r}: {_batch_len(outputs)} outputs but {len(prompts)} prompts"
+            )
+        result = self.score(outputs, list(prompts), list(metadata) if metadata else None)
+        if self.name not in result.scores:
+            raise ValueError(f"reward {self.name!r} returned no score named {self.name!r}")
+        return result
+
+    @abc.abstractmethod
+    def score(
+        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        """Score a batch; ``scores[self.name]`` is the primary ``[B]`` score."""
+
+    # Stateful rewards (e.g. an adversarial head) override these so checkpoints include them.
+    def update(self, outputs: Any, prompts: list[str], metadata: Any = None) -> dict[str, float]:
+        del outputs, prompts, metadata
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+def _batch_len(outputs: Any) -> int:
+    return outputs.shape[0] if isinstance(outputs, torch.Tensor) else len(outputs)
+
+
+class CallableReward(RewardModel):
+    """Wrap ``fn(prompts, completions, **columns) -> list[float | None]`` (TRL convention).
+
+    ``None`` means "not applicable to this sample": the score is NaN there and ``applicable`` is
+    False, so a composite skips it instead of failing.
+    """
+
+    def __init__(self, fn: Callable[..., Sequence[float | None]], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "callable_reward")
+
+    def score(
+        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        columns: dict[str, list[Any]] = {}
+        for row in metadata or []:
+            for key, value in row.items():
+                columns.setdefault(key, []).append(value)
+        values = list(self.fn(prompts, outputs, **columns))
+        if len(values) != len(prompts):
+            raise ValueError(
+                f"reward function {self.name!r} returned {len(values)} values for "
+                f"{len(prompts)} samples"
+            )
+        applicable = torch.tensor([v is not None for v in values])
+        scores = torch.tensor([float("nan") if v is None else float(v) for v in values])
+        return RewardOutput({self.name: scores}, {self.name: applicable})

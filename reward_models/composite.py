@@ -1,0 +1,81 @@
+"""Weighted composite of several reward models, with per-reward metrics and input checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from reward_models.base import RewardModel, RewardOutput
+
+
+class RewardError(RuntimeError):
+    """A reward model failed or returned unusable values; the message names it and the sample."""
+
+
+class CompositeReward(RewardModel):
+    """``reward = sum_k w_k * r_k`` over the primary scores of several reward models.
+
+    Every sub-score appears in the output as ``<reward>/<score>`` (and the primary one also as
+    ``<reward>``), so per-reward metrics are logged. A non-finite score that the reward did not
+    mark as "not applicable" raises ``RewardError`` naming the reward and the sample; samples for
+    which a reward is not applicable get its contribution skipped (weights renormalised over the
+    rewards that apply).
+
+    Args:
+        rewards: (reward model, weight) pairs.
+    """
+
+    name = "reward"
+
+    def __init__(self, rewards: Sequence[tuple[RewardModel, float]]) -> None:
+        if not rewards:
+            raise ValueError("a composite reward needs at least one reward model")
+        names = [r.name for r, _ in rewards]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reward names must be unique, got {names}")
+        self.rewards = list(rewards)
+
+    def score(
+        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        scores: dict[str, torch.Tensor] = {}
+        total = torch.zeros(len(prompts))
+        weight_sum = torch.zeros(len(prompts))
+        for model, weight in self.rewards:
+            try:
+                result = model(outputs, prompts, metadata)
+            except Exception as err:  # re-raised with the reward's name for the user
+                raise RewardError(f"reward model {model.name!r} raised: {err!r}") from err
+            for key, value in result.scores.items():
+                scores[key if key == model.name else f"{model.name}/{key}"] = value.float().cpu()
+            primary = result.scores[model.name].float().cpu()
+            applicable = result.applicable.get(
+                model.name, torch.ones(len(prompts), dtype=torch.bool)
+            )
+            applicable = applicable.cpu()
+            bad = (~torch.isfinite(primary)) & applicable
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0])
+                raise RewardError(
+                    f"reward model {model.name!r} returned {primary[i].item()} for sample {i} "
+                    f"(prompt {prompts[i]!r}); rewards must be finite"
+                )
+            total += torch.where(applicable, weight * primary, torch.zeros_like(primary))
+            weight_sum += applicable.float() * abs(weight)
+        none_apply = weight_sum == 0
+        if bool(none_apply.any()):
+            i = int(none_apply.nonzero()[0])
+            raise RewardError(f"no reward model applies to sample {i} (prompt {prompts[i]!r})")
+        total_weight = sum(abs(w) for _, w in self.rewards)
+        scores[self.name] = total * (total_weight / weight_sum)
+        return RewardOutput(scores)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {m.name: m.state_dict() for m, _ in self.rewards}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for model, _ in self.rewards:
+            if model.name in state:
+                model.load_state_dict(state[model.name])
