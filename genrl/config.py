@@ -13,7 +13,7 @@ from typing import Literal
 
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import AlgorithmConfig
-from genrl.overrides import ConfigError, _unknown, apply_override, parse_assignment, to_dict
+from genrl.overrides import ConfigError, apply_override, parse_assignment, to_dict, unknown_message
 
 
 @dataclass
@@ -202,6 +202,18 @@ class TrainConfig:
             raise ConfigError(f"policy.lora_rank must be >= 0, got {self.policy.lora_rank}")
         if not self.reward:
             raise ConfigError("reward: at least one reward model is needed")
+        from pipelines import POLICIES
+        from reward_models import REWARDS
+
+        if self.policy.name not in POLICIES:
+            raise ConfigError(
+                unknown_message(self.policy.name, list(POLICIES), "policy.name", value=True)
+            )
+        for i, spec in enumerate(self.reward):
+            if spec.name not in REWARDS:
+                raise ConfigError(
+                    unknown_message(spec.name, list(REWARDS), f"reward.{i}.name", value=True)
+                )
         samples = t.prompts_per_iteration * t.group_size
         if samples % num_processes:
             raise ConfigError(
@@ -209,21 +221,25 @@ class TrainConfig:
                 f"must divide evenly over {num_processes} processes"
             )
         if self.algorithm.name not in ALGORITHMS:
-            raise ConfigError(_unknown(self.algorithm.name, list(ALGORITHMS), "algorithm.name"))
+            raise ConfigError(
+                unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
+            )
         self.algorithm.validate()
 
 
 def algorithm_config(name: str) -> AlgorithmConfig:
     """Default config of the registered algorithm ``name``."""
     if name not in ALGORITHMS:
-        raise ConfigError(_unknown(name, list(ALGORITHMS), "algorithm.name"))
+        raise ConfigError(unknown_message(name, list(ALGORITHMS), "algorithm.name", value=True))
     return ALGORITHMS[name].Config(name=name)
 
 
 def config_from_dict(data: dict) -> TrainConfig:
     """Rebuild a ``TrainConfig`` from ``to_dict()`` output (e.g. a run's ``config.json``)."""
     data = dict(data)
-    algorithm = data.pop("algorithm", {})
+    algorithm = data.pop("algorithm", None)
+    if not isinstance(algorithm, dict) or "name" not in algorithm:
+        raise ConfigError("algorithm: the config needs an algorithm section with a 'name'")
     config = _build(TrainConfig, data, "")
     config.algorithm = _build(type(algorithm_config(algorithm["name"])), algorithm, "algorithm")
     return config
@@ -238,7 +254,7 @@ def _build(cls: type, data: dict, path: str):
     for key, value in data.items():
         where = f"{path}.{key}" if path else key
         if key not in names:
-            raise ConfigError(_unknown(key, sorted(names), where))
+            raise ConfigError(unknown_message(key, sorted(names), where))
         hint = hints[key]
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             value = _build(hint, value, where)

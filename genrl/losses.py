@@ -11,6 +11,8 @@ from typing import Literal
 
 import torch
 
+from samplers.base import reduce_event
+
 KLEstimator = Literal["k1", "k2", "k3"]
 
 
@@ -101,9 +103,7 @@ def gaussian_mean_kl(
         ``[N]``.
     """
     var = std.reshape(-1, *([1] * (mean.ndim - 1))).square()
-    kl = (mean - ref_mean).square() / (2 * var)
-    dims = tuple(range(1, kl.ndim))
-    return kl.mean(dim=dims) if reduction == "mean" else kl.sum(dim=dims)
+    return reduce_event((mean - ref_mean).square() / (2 * var), reduction)
 
 
 def token_kl(

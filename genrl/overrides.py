@@ -40,11 +40,11 @@ def _child(obj: Any, part: str, path: str) -> Any:
         return obj[_list_index(obj, part, path)]
     if isinstance(obj, dict):
         if part not in obj:
-            raise ConfigError(_unknown(part, list(obj), path))
+            raise ConfigError(unknown_message(part, list(obj), path))
         return obj[part]
     names = [f.name for f in dataclasses.fields(obj)]
     if part not in names:
-        raise ConfigError(_unknown(part, names, path))
+        raise ConfigError(unknown_message(part, names, path))
     return getattr(obj, part)
 
 
@@ -65,16 +65,23 @@ def _assign(obj: Any, name: str, raw: str, path: str) -> None:
         return
     fields = {f.name: f for f in dataclasses.fields(obj)}
     if name not in fields:
-        raise ConfigError(_unknown(name, list(fields), path))
+        raise ConfigError(unknown_message(name, list(fields), path))
     hints = typing.get_type_hints(type(obj))
     if dataclasses.is_dataclass(getattr(obj, name)):
         raise ConfigError(f"{path} is a section; set one of its fields, e.g. {path}.<field>=...")
     setattr(obj, name, parse_value(raw, hints[name], path))
 
 
-def _unknown(name: str, valid: list[str], path: str) -> str:
+def unknown_message(name: str, valid: list[str], path: str, *, value: bool = False) -> str:
+    """Message for an unknown key (or, with ``value=True``, an unknown registry name)."""
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+    if not close:
+        # Abbreviations difflib cannot see: "learning_rate" -> "lr", "max_norm" -> "max_grad_norm".
+        initials = "".join(word[:1] for word in name.split("_"))
+        close = [v for v in valid if v == initials or (len(v) > 2 and (v in name or name in v))]
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if value:
+        return f"{path}: unknown name {name!r}.{hint} Known: {', '.join(sorted(valid))}"
     return f"unknown config key {path!r}.{hint} Valid keys here: {', '.join(sorted(valid))}"
 
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,27 @@ from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
 from genrl.metrics import MeanAccumulator, MetricsWriter, console_line, read_metrics
 from genrl.prompts import load_prompts
+
+
+@dataclass
+class CollectedBatch:
+    """Output of phases 1-4 for one iteration.
+
+    Attributes:
+        rollout: this process's rollout, advantages filled.
+        noise: the iteration's random streams (also used for shuffling).
+        scores: every reward score of the gathered batch, name -> ``[N]``.
+        group_ids: ``[N]`` group ids of the gathered batch.
+        advantages: ``[N]`` advantages of the gathered batch.
+        timings: seconds spent per phase.
+    """
+
+    rollout: Any
+    noise: RolloutNoise
+    scores: dict[str, torch.Tensor]
+    group_ids: torch.Tensor
+    advantages: torch.Tensor
+    timings: dict[str, float]
 
 
 class Trainer:
@@ -113,8 +135,8 @@ class Trainer:
             return o.lr * (1 - progress)
         return o.lr
 
-    def train_iteration(self) -> dict[str, float]:
-        """One iteration of the six phases; returns its metrics."""
+    def collect(self) -> CollectedBatch:
+        """Phases 1-4 of the current iteration: prompts, rollout, rewards, advantages."""
         cfg, acc = self.config, self.accelerator
         it = self.iteration
         t_start = time.perf_counter()
@@ -135,39 +157,50 @@ class Trainer:
 
         # 3. Rewards, gathered so that every group is whole.
         outputs = self.algorithm.final_outputs(self.policy, rollout)
-        local_scores = self.reward(outputs, local_prompts).scores
-        scores = gather_scores(local_scores, acc)
+        scores = gather_scores(self.reward(outputs, local_prompts).scores, acc)
         rewards = scores[self.reward.name]
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
         advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
         rollout.advantages = advantages[self.local].to(torch.float32)
+        return CollectedBatch(
+            rollout=rollout,
+            noise=noise,
+            scores=scores,
+            group_ids=global_group_ids,
+            advantages=advantages,
+            timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
+        )
+
+    def train_iteration(self) -> dict[str, float]:
+        """One iteration of the six phases; returns its metrics."""
+        t_start = time.perf_counter()
+        batch = self.collect()
 
         # 5. Update.
-        self.policy.module.train()
-        update_metrics = self._update(rollout, noise)
         t_update = time.perf_counter()
+        self.policy.module.train()
+        update_metrics = self._update(batch.rollout, batch.noise)
 
         # 6. Bookkeeping.
+        rewards = batch.scores[self.reward.name]
         metrics: dict[str, float] = {}
-        for name, values in scores.items():
+        for name, values in batch.scores.items():
             metrics[f"{name}/mean"] = float(values.mean())
             metrics[f"{name}/std"] = float(values.std(unbiased=False))
-        metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, global_group_ids)
-        metrics.update(
-            {f"reward/{k}": v for k, v in group_stats(rewards, global_group_ids).items()}
-        )
-        metrics["advantages/mean"] = float(advantages.mean())
-        metrics["advantages/abs_mean"] = float(advantages.abs().mean())
+        metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, batch.group_ids)
+        stats = group_stats(rewards, batch.group_ids)
+        metrics.update({f"reward/{k}": v for k, v in stats.items()})
+        metrics["advantages/mean"] = float(batch.advantages.mean())
+        metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
         metrics.update(update_metrics)
         metrics["lr"] = self._lr(max(0, self.optimizer_steps - 1))
         metrics["optimizer_steps"] = float(self.optimizer_steps)
-        metrics["time/rollout_s"] = t_rollout - t_start
-        metrics["time/reward_s"] = t_reward - t_rollout
-        metrics["time/update_s"] = t_update - t_reward
+        metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
+        metrics["time/update_s"] = time.perf_counter() - t_update
         metrics["time/iteration_s"] = time.perf_counter() - t_start
-        metrics["time/samples_per_s"] = self.num_global / max(t_rollout - t_start, 1e-9)
+        metrics["time/samples_per_s"] = self.num_global / max(batch.timings["rollout_s"], 1e-9)
         self.iteration += 1
         return metrics
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# name -> "module:Class"; imported only when built so that heavy libraries load on demand.
-POLICIES: dict[str, str] = {
+# name -> "module:Class" (imported only when built, so heavy libraries load on demand) or a class.
+POLICIES: dict[str, Any] = {
     "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
 }
 
@@ -19,5 +19,8 @@ def build_policy(name: str, **kwargs: Any) -> Any:
         close = difflib.get_close_matches(name, list(POLICIES), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"unknown policy {name!r}.{hint} Known: {', '.join(POLICIES)}")
-    module_name, cls_name = POLICIES[name].split(":")
-    return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+    entry = POLICIES[name]
+    if isinstance(entry, str):
+        module_name, cls_name = entry.split(":")
+        entry = getattr(importlib.import_module(module_name), cls_name)
+    return entry(**kwargs)

@@ -9,8 +9,8 @@ from typing import Any
 from reward_models.base import CallableReward, RewardModel, RewardOutput
 from reward_models.composite import CompositeReward, RewardError
 
-# name -> "module:Class", imported on build.
-REWARDS: dict[str, str] = {
+# name -> "module:Class" (imported on build) or the class itself, for rewards defined in user code.
+REWARDS: dict[str, Any] = {
     "digit_classifier": "reward_models.digits:DigitClassifierReward",
 }
 
@@ -21,8 +21,11 @@ def build_reward(name: str, **kwargs: Any) -> RewardModel:
         close = difflib.get_close_matches(name, list(REWARDS), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"unknown reward {name!r}.{hint} Known: {', '.join(REWARDS)}")
-    module_name, cls_name = REWARDS[name].split(":")
-    return getattr(importlib.import_module(module_name), cls_name)(**kwargs)
+    entry = REWARDS[name]
+    if isinstance(entry, str):
+        module_name, cls_name = entry.split(":")
+        entry = getattr(importlib.import_module(module_name), cls_name)
+    return entry(**kwargs)
 
 
 __all__ = [

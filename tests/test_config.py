@@ -1,0 +1,295 @@
+"""Tests of the typed config, dotted overrides and recipes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from genrl.algorithms.flow_grpo import FlowGRPOConfig
+from genrl.config import TrainConfig, algorithm_config, config_from_dict
+from genrl.overrides import ConfigError, parse_assignment
+from genrl.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
+
+
+@pytest.fixture
+def cfg() -> TrainConfig:
+    return get_recipe("digits_flow_grpo")
+
+
+# ---------------------------------------------------------------- recipes
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipes_validate(name):
+    config = get_recipe(name)
+    assert isinstance(config, TrainConfig)
+    assert config.recipe == name
+    assert isinstance(config.algorithm, FlowGRPOConfig)
+    config.validate()
+    # 16 prompts x 8 samples = 128 samples: divisible over 1, 2, 4 and 8 processes.
+    for processes in (1, 2, 4, 8):
+        config.validate(num_processes=processes)
+
+
+def test_default_recipe_and_fresh_copies():
+    assert DEFAULT_RECIPE == "digits_flow_grpo"
+    a, b = get_recipe(DEFAULT_RECIPE), get_recipe(DEFAULT_RECIPE)
+    a.optim.lr = 123.0
+    assert b.optim.lr == 1e-4  # each call builds a new config
+
+
+def test_unknown_recipe_suggests_close_name():
+    with pytest.raises(ConfigError, match="Did you mean 'digits_flow_grpo'"):
+        get_recipe("digits_flowgrpo")
+
+
+# ---------------------------------------------------------------- overrides: values
+
+
+def test_float_override(cfg):
+    cfg.apply_overrides(["optim.lr=1e-4"])
+    assert cfg.optim.lr == 1e-4 and type(cfg.optim.lr) is float
+    cfg.apply_overrides(["optim.lr=3"])
+    assert cfg.optim.lr == 3.0 and type(cfg.optim.lr) is float
+
+
+def test_int_override(cfg):
+    assert cfg.apply_overrides(["train.iterations=3"]) is cfg
+    assert cfg.train.iterations == 3 and type(cfg.train.iterations) is int
+    # A float literal with an integral value is accepted as an int.
+    cfg.apply_overrides(["train.iterations=1e2"])
+    assert cfg.train.iterations == 100 and type(cfg.train.iterations) is int
+
+
+def test_optional_overrides(cfg):
+    cfg.apply_overrides(["optim.max_grad_norm=none"])
+    assert cfg.optim.max_grad_norm is None
+    cfg.apply_overrides(["optim.max_grad_norm=0.5", "optim.ema_decay=0.9"])
+    assert cfg.optim.max_grad_norm == 0.5 and cfg.optim.ema_decay == 0.9
+    cfg.apply_overrides(["policy.pretrained=Null"])
+    assert cfg.policy.pretrained is None
+    cfg.apply_overrides(["policy.pretrained=/models/sd3"])
+    assert cfg.policy.pretrained == "/models/sd3"
+    cfg.validate()
+
+
+def test_literal_override(cfg):
+    cfg.apply_overrides(["sampler.log_prob_reduction=sum"])
+    assert cfg.sampler.log_prob_reduction == "sum"
+
+
+def test_list_overrides(cfg):
+    cfg.apply_overrides(["optim.betas=[0.8,0.9]"])
+    assert cfg.optim.betas == [0.8, 0.9]
+    assert all(type(b) is float for b in cfg.optim.betas)
+    cfg.apply_overrides(["optim.betas=0.5,0.6"])
+    assert cfg.optim.betas == [0.5, 0.6]
+    cfg.apply_overrides(["optim.betas.1=0.99"])
+    assert cfg.optim.betas == [0.5, 0.99]
+    cfg.apply_overrides(["policy.lora_target_modules=to_q,to_v"])
+    assert cfg.policy.lora_target_modules == ["to_q", "to_v"]
+
+
+def test_bool_override(cfg):
+    cfg.apply_overrides(["logging.tensorboard=off"])
+    assert cfg.logging.tensorboard is False
+    cfg.apply_overrides(["logging.tensorboard=Yes"])
+    assert cfg.logging.tensorboard is True
+    with pytest.raises(ConfigError, match="true or false"):
+        cfg.apply_overrides(["logging.tensorboard=maybe"])
+
+
+def test_reward_list_overrides(cfg):
+    cfg.apply_overrides(["reward.0.weight=2"])
+    assert cfg.reward[0].weight == 2.0 and type(cfg.reward[0].weight) is float
+    # kwargs is a free-form dict: new keys are allowed, values parsed as JSON when possible.
+    cfg.apply_overrides(["reward.0.kwargs.path=/x", "reward.0.kwargs.batch=4"])
+    assert cfg.reward[0].kwargs == {"path": "/x", "batch": 4}
+    with pytest.raises(ConfigError, match="index below 1"):
+        cfg.apply_overrides(["reward.1.weight=2"])
+
+
+def test_algorithm_overrides(cfg):
+    cfg.apply_overrides(["algorithm.clip_range=1e-5"])
+    assert cfg.algorithm.clip_range == 1e-5
+    cfg.apply_overrides(["algorithm.std_mode=global", "algorithm.clip_range_high=0.3"])
+    assert cfg.algorithm.std_mode == "global" and cfg.algorithm.clip_range_high == 0.3
+    # Naming the algorithm replaces the whole section with that algorithm's defaults.
+    cfg.apply_overrides(["algorithm.name=flow_grpo"])
+    assert cfg.algorithm == FlowGRPOConfig()
+    assert cfg.algorithm.clip_range == 1e-4 and cfg.algorithm.std_mode == "global"
+    assert algorithm_config("flow_grpo") == FlowGRPOConfig()
+    with pytest.raises(ConfigError, match=r"algorithm\.name"):
+        cfg.apply_overrides(["algorithm.name=flow_grpo_fast"])
+
+
+def test_overrides_apply_in_order(cfg):
+    cfg.apply_overrides(["train.iterations=3", "train.iterations=5", " seed = 7 "])
+    assert cfg.train.iterations == 5 and cfg.seed == 7
+
+
+# ---------------------------------------------------------------- overrides: errors
+
+
+def test_unknown_key_names_the_path_and_lists_lr(cfg):
+    with pytest.raises(ConfigError) as info:
+        cfg.apply_overrides(["optim.learning_rate=1e-4"])
+    message = str(info.value)
+    assert "optim.learning_rate" in message
+    assert "lr" in message.split("Valid keys here:")[1]
+
+
+def test_unknown_key_learning_rate_suggests_lr(cfg):
+    with pytest.raises(ConfigError, match="Did you mean 'lr'"):
+        cfg.apply_overrides(["optim.learning_rate=1e-4"])
+
+
+def test_misspelled_key_suggests_close_name(cfg):
+    with pytest.raises(ConfigError, match="Did you mean 'clip_range'"):
+        cfg.apply_overrides(["algorithm.clip_rang=1e-4"])
+
+
+def test_unknown_section_suggests_close_name(cfg):
+    with pytest.raises(ConfigError, match=r"unknown config key 'optimizer'\. Did you mean 'optim'"):
+        cfg.apply_overrides(["optimizer.lr=1e-4"])
+    with pytest.raises(ConfigError, match="unknown config key 'zzz'"):
+        cfg.apply_overrides(["zzz.lr=1e-4"])
+
+
+def test_setting_a_section_is_an_error(cfg):
+    with pytest.raises(ConfigError, match="is a section"):
+        cfg.apply_overrides(["optim=3"])
+
+
+def test_bad_int(cfg):
+    with pytest.raises(ConfigError, match=r"train\.iterations: expected an integer"):
+        cfg.apply_overrides(["train.iterations=2.5"])
+    with pytest.raises(ConfigError, match="expected a number"):
+        cfg.apply_overrides(["train.iterations=many"])
+    with pytest.raises(ConfigError, match=r"optim\.lr"):
+        cfg.apply_overrides(["optim.lr=fast"])
+    with pytest.raises(ConfigError, match="cannot parse"):
+        cfg.apply_overrides(["optim.max_grad_norm=big"])
+
+
+def test_bad_literal_suggests_close_choice(cfg):
+    with pytest.raises(ConfigError, match="Did you mean 'sum'"):
+        cfg.apply_overrides(["sampler.log_prob_reduction=summ"])
+    with pytest.raises(ConfigError, match="Did you mean 'cosine'"):
+        cfg.apply_overrides(["optim.lr_schedule=cosin"])
+
+
+def test_assignment_without_equals_sign(cfg):
+    with pytest.raises(ConfigError, match="key=value"):
+        cfg.apply_overrides(["train.iterations"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_assignment("=3")
+    assert parse_assignment("a.b = x=y") == ("a.b", "x=y")
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("train.iterations=0", "train.iterations"),
+        ("train.group_size=-1", "train.group_size"),
+        ("sampler.num_steps=0", "sampler.num_steps"),
+        ("optim.lr=0", "optim.lr"),
+        ("optim.betas=[0.9,1.0]", "optim.betas"),
+        ("optim.betas=[0.9]", "optim.betas"),
+        ("optim.ema_decay=1", "optim.ema_decay"),
+        ("optim.max_grad_norm=0", "optim.max_grad_norm"),
+        ("sampler.noise_level=-0.1", "sampler.noise_level"),
+        ("sampler.shift=0", "sampler.shift"),
+        ("sampler.guidance_scale=0.5", "sampler.guidance_scale"),
+        ("policy.lora_rank=-1", "policy.lora_rank"),
+        ("algorithm.clip_range=-0.1", "algorithm.clip_range"),
+        ("algorithm.clip_range_high=0", "algorithm.clip_range_high"),
+        ("algorithm.kl_beta=-1", "algorithm.kl_beta"),
+        ("algorithm.timestep_fraction=0", "algorithm.timestep_fraction"),
+        ("algorithm.stat_history=0", "algorithm.stat_history"),
+    ],
+)
+def test_validation_errors_name_the_field(cfg, override, field):
+    cfg.apply_overrides([override])
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        cfg.validate()
+
+
+def test_global_batch_must_divide_over_processes(cfg):
+    # 16 prompts x 8 samples = 128, not divisible by 3.
+    with pytest.raises(ConfigError, match="128 samples per iteration"):
+        cfg.validate(num_processes=3)
+    # 3 prompts x 8 = 24 is divisible by 3.
+    cfg.apply_overrides(["train.prompts_per_iteration=3"])
+    cfg.validate(num_processes=3)
+
+
+def test_empty_reward_list_is_rejected(cfg):
+    cfg.reward = []
+    with pytest.raises(ConfigError, match="reward"):
+        cfg.validate()
+
+
+# ---------------------------------------------------------------- dict round trip
+
+
+def test_to_dict_round_trip(cfg):
+    cfg.apply_overrides(
+        [
+            "optim.max_grad_norm=none",
+            "optim.betas=[0.8,0.9]",
+            "reward.0.kwargs.path=/x",
+            "algorithm.clip_range_high=0.01",
+            "sampler.log_prob_reduction=sum",
+        ]
+    )
+    data = cfg.to_dict()
+    assert data["algorithm"]["name"] == "flow_grpo"
+    assert data["reward"] == [{"name": "digit_classifier", "weight": 1.0, "kwargs": {"path": "/x"}}]
+    rebuilt = config_from_dict(data)
+    assert rebuilt == cfg
+    assert isinstance(rebuilt.algorithm, FlowGRPOConfig)
+    # Through JSON (a run's config.json) as well.
+    assert config_from_dict(json.loads(json.dumps(data))) == cfg
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_round_trip(name):
+    config = get_recipe(name)
+    assert config_from_dict(config.to_dict()) == config
+
+
+def test_unknown_key_in_dict(cfg):
+    data = cfg.to_dict()
+    data["learning_rate"] = 1.0
+    with pytest.raises(ConfigError, match="learning_rate"):
+        config_from_dict(data)
+    data = cfg.to_dict()
+    data["optim"]["learnin_rate"] = 1.0
+    with pytest.raises(ConfigError, match=r"optim\.learnin_rate"):
+        config_from_dict(data)
+    data = cfg.to_dict()
+    data["reward"][0]["wieght"] = 1.0
+    with pytest.raises(ConfigError, match=r"reward\.0\.wieght.*Did you mean 'weight'"):
+        config_from_dict(data)
+    data = cfg.to_dict()
+    data["algorithm"]["clip"] = 1.0
+    with pytest.raises(ConfigError, match=r"algorithm\.clip"):
+        config_from_dict(data)
+
+
+def test_unknown_algorithm_name_in_dict(cfg):
+    data = cfg.to_dict()
+    data["algorithm"]["name"] = "flow_grp"
+    with pytest.raises(ConfigError, match="Did you mean 'flow_grpo'"):
+        config_from_dict(data)
+
+
+@pytest.mark.parametrize("data", [{"seed": 3}, {"algorithm": {"clip_range": 1e-3}}])
+def test_dict_without_algorithm_name_gives_config_error(data):
+    with pytest.raises(ConfigError, match="algorithm"):
+        config_from_dict(data)
