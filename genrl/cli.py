@@ -80,7 +80,11 @@ def _is_user_error(err: Exception) -> bool:
     from genrl.overrides import ConfigError
     from reward_models import RewardError
 
-    return isinstance(err, ConfigError | CheckpointError | RewardError | FileNotFoundError)
+    # ValueError covers our own input checks (shapes, prompts, names); torch failures are
+    # RuntimeErrors and keep their traceback.
+    return isinstance(
+        err, ConfigError | CheckpointError | RewardError | FileNotFoundError | ValueError
+    )
 
 
 def _configure_threads() -> None:

@@ -27,18 +27,21 @@ def save_sample_grid(
 
     distinct = list(dict.fromkeys(prompts))[:num_prompts]
     period = len(dict.fromkeys(prompts))
-    label_w = 190
-    grid = Image.new("RGB", (label_w + per_prompt * cell, len(distinct) * cell), "white")
+    label_w, gap = 200, 4
+    width = label_w + per_prompt * (cell + gap)
+    grid = Image.new("RGB", (width, len(distinct) * (cell + gap) + gap), "white")
     draw = ImageDraw.Draw(grid)
     for row, prompt in enumerate(distinct):
-        draw.text((6, row * cell + cell // 2 - 6), prompt[:30], fill="black")
+        top = gap + row * (cell + gap)
+        draw.text((6, top + cell // 2 - 6), prompt[:32], fill="black")
         first = prompts.index(prompt)
         for col in range(per_prompt):
             index = first + col * period
             if index >= len(images):
                 break
+            # Nearest-neighbour upscaling keeps the pixels of tiny images honest.
             img = _to_pil(images[index]).resize((cell, cell), Image.NEAREST)
-            grid.paste(img, (label_w + col * cell, row * cell))
+            grid.paste(img, (label_w + col * (cell + gap), top))
     path.parent.mkdir(parents=True, exist_ok=True)
     grid.save(path)
 

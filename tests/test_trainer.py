@@ -61,8 +61,9 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     first = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b")
     first.train(stop_after=2)
     assert first.iteration == 2
-    resumed = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b",
-                      resume_from=tmp_path / "b")
+    resumed = Trainer(
+        tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b", resume_from=tmp_path / "b"
+    )
     resumed.train()
 
     for name, value in _params(straight).items():
@@ -88,12 +89,16 @@ def _two_process_worker(directory: str) -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == 2
-    trainer = Trainer(tiny_config(Path(directory)), run_dir=Path(directory) / "ddp",
-                      accelerator=accelerator)
+    trainer = Trainer(
+        tiny_config(Path(directory)), run_dir=Path(directory) / "ddp", accelerator=accelerator
+    )
     batch = trainer.collect()
     torch.save(
-        {"advantages": batch.advantages, "local": batch.rollout.advantages,
-         "rewards": batch.scores["reward"]},
+        {
+            "advantages": batch.advantages,
+            "local": batch.rollout.advantages,
+            "rewards": batch.scores["reward"],
+        },
         Path(directory) / f"rank{accelerator.process_index}.pt",
     )
 

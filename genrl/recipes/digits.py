@@ -36,7 +36,7 @@ def digits_flow_grpo() -> TrainConfig:
             iterations=60, prompts_per_iteration=16, group_size=8, minibatch_size=128
         ),
         optim=OptimConfig(lr=1e-4, weight_decay=1e-4, max_grad_norm=1.0),
-        eval=EvalConfig(samples_per_prompt=32, seed=1234, num_steps=10),
+        eval=EvalConfig(every=10, samples_per_prompt=32, seed=1234, num_steps=10),
     )
 
 

@@ -1,0 +1,99 @@
+"""User mistakes end in one clear message that names what is wrong, not a torch traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_config
+
+from genrl import Trainer
+from genrl.checkpoint import CheckpointError
+from genrl.cli import main
+from reward_models import REWARDS, CompositeReward, RewardError, RewardModel, RewardOutput
+
+
+def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_config_key_suggests_the_right_one(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli_error(capsys, "train", "--set", "optim.learning_rate=1e-3")
+    assert "optim.learning_rate" in err and "Did you mean 'lr'" in err
+
+
+def test_bad_values_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "train.iterations must be >= 1" in _cli_error(
+        capsys, "train", "--set", "train.iterations=0"
+    )
+    assert "expected a number" in _cli_error(capsys, "train", "--set", "optim.lr=fast")
+    err = _cli_error(capsys, "train", "--set", "sampler.log_prob_reduction=avg")
+    assert "sampler.log_prob_reduction" in err
+    assert "unknown recipe 'digits_flow'" in _cli_error(capsys, "train", "digits_flow")
+    assert "Did you mean 'flow_grpo'" in _cli_error(
+        capsys, "train", "--set", "algorithm.name=flowgrpo"
+    )
+
+
+def test_missing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli_error(capsys, "train", "--resume", str(tmp_path / "nowhere"))
+    assert "does not exist" in err
+    (tmp_path / "empty-run").mkdir()
+    err = _cli_error(capsys, "train", "--resume", str(tmp_path / "empty-run"))
+    assert "holds no checkpoint" in err
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Trainer(tiny_config(tmp_path), run_dir=tmp_path / "r", resume_from=tmp_path / "missing")
+
+
+def test_incomplete_checkpoint_is_reported(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
+    path = trainer.save_checkpoint()
+    assert path is not None
+    (path / "optimizer.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"incomplete: optimizer\.pt is missing"):
+        Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run2", resume_from=path).train()
+
+
+class _NaNReward(RewardModel):
+    name = "flaky"
+
+    def score(self, outputs, prompts, metadata):
+        values = torch.ones(len(prompts))
+        values[3] = float("nan")
+        return RewardOutput({self.name: values})
+
+
+class _RaisingReward(RewardModel):
+    name = "broken"
+
+    def score(self, outputs, prompts, metadata):
+        raise RuntimeError("server unreachable")
+
+
+def test_nan_reward_names_the_reward_and_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(REWARDS, "flaky", _NaNReward)
+    config = tiny_config(tmp_path, "reward.0.name=flaky", "reward.0.kwargs={}")
+    with pytest.raises(RewardError, match=r"'flaky' returned nan for sample 3"):
+        Trainer(config, run_dir=tmp_path / "run").train()
+
+
+def test_raising_reward_is_named() -> None:
+    composite = CompositeReward([(_RaisingReward(), 1.0)])
+    with pytest.raises(RewardError, match=r"'broken' raised.*server unreachable"):
+        composite(torch.zeros(2, 1, 8, 8), ["a 1", "a 2"])
+
+
+def test_unparseable_prompt_and_wrong_image_shape() -> None:
+    from reward_models.digits import DigitClassifierReward
+
+    reward = DigitClassifierReward()
+    with pytest.raises(ValueError, match=r"expected images \[B, 1, 8, 8\]"):
+        reward(torch.zeros(2, 3, 8, 8), ["digit 1", "digit 2"])
+    with pytest.raises(ValueError, match="prompt"):
+        reward(torch.zeros(1, 1, 8, 8), ["a cat"])
+    with pytest.raises(ValueError, match="2 outputs but 1 prompts"):
+        reward(torch.zeros(2, 1, 8, 8), ["digit 1"])
