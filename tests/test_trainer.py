@@ -31,13 +31,22 @@ def test_two_steps_change_trainable_parameters(tmp_path: Path, lora_rank: int) -
     assert changed == trainable, "exactly the trainable parameters should move"
     if lora_rank:
         assert all("lora_" in n for n in trainable)
+        # The reference (adapter disabled) is still the base model.
+        x, sigma = torch.randn(3, 1, 8, 8), torch.full((3,), 0.5)
+        condition = trainer.policy.encode_prompts(["digit 1", "digit 2", "digit 3"])
+        base = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "base").policy
+        with torch.no_grad(), trainer.policy.reference():
+            reference = trainer.policy.velocity(x, sigma, condition)
+        torch.testing.assert_close(reference, base.velocity(x, sigma, condition).detach())
     assert summary["optimizer_steps"] == trainer.optimizer_steps > 0
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert any("loss/kl" in r for r in rows)
 
 
-def test_first_update_of_an_iteration_has_ratio_exactly_one(tmp_path: Path) -> None:
-    trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
+@pytest.mark.parametrize("guidance", ["1.0", "3.0"])
+def test_first_update_of_an_iteration_has_ratio_exactly_one(tmp_path: Path, guidance: str) -> None:
+    config = tiny_config(tmp_path, f"sampler.guidance_scale={guidance}")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
     units = trainer.algorithm.training_units(batch.rollout, batch.noise)
     _, metrics = trainer.algorithm.loss(trainer.policy, units)
