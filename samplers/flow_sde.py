@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import torch
 
-from samplers.base import LOG_PROB_REDUCTIONS, LogProbReduction, StepOutput, gaussian_log_prob
-from samplers.flow_ode import _check_sigmas, _sigma_pair
+from samplers.base import (
+    LOG_PROB_REDUCTIONS,
+    LogProbReduction,
+    StepOutput,
+    gaussian_log_prob,
+    per_sample,
+)
+from samplers.flow_ode import _check_sigmas
 
 
 class FlowSDESampler:
@@ -50,6 +56,17 @@ class FlowSDESampler:
         self.sigmas = _check_sigmas(sigmas)
         self.noise_level = float(noise_level)
         self.log_prob_reduction: LogProbReduction = log_prob_reduction
+        # Per-step constants, computed once: a step is then two multiply-adds plus the
+        # log-density. Rollouts (int index) and training (tensor index) read the same numbers,
+        # so re-scoring reproduces the sampling log-prob bit for bit.
+        s, s_next = self.sigmas[:-1], self.sigmas[1:]
+        dt = s_next - s
+        g = self.diffusion_coefficient(s)
+        g2_over_2s = g.square() / (2 * s)
+        self._coefficients = torch.stack(
+            [1 + g2_over_2s * dt, (1 + g2_over_2s * (1 - s)) * dt, g * torch.sqrt(-dt)]
+        )  # [3, T]: sample coefficient, velocity coefficient, transition std
+        self._on_device: dict[torch.device, torch.Tensor] = {}
 
     @property
     def num_steps(self) -> int:
@@ -59,6 +76,29 @@ class FlowSDESampler:
         """``sigma_s = a * sqrt(s / (1 - s))`` with ``s = 1`` replaced by the second level below."""
         safe = torch.where(sigma >= 1.0, self.sigmas[1].to(sigma.device), sigma)
         return self.noise_level * torch.sqrt(sigma / (1 - safe))
+
+    def _step_coefficients(
+        self, timestep_index: int | torch.Tensor, sample: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(sample coefficient, velocity coefficient, std), each broadcastable to ``sample``."""
+        table = self._on_device.get(sample.device)
+        if table is None:
+            table = self._on_device[sample.device] = self._coefficients.to(sample.device)
+        if isinstance(timestep_index, int):
+            # Python-side range check: no device synchronisation in the rollout loop.
+            if not 0 <= timestep_index < self.num_steps:
+                raise IndexError(
+                    f"timestep_index out of range [0, {self.num_steps - 1}]: {timestep_index}"
+                )
+            x_coef, v_coef, std = table[:, timestep_index]
+            return x_coef, v_coef, std
+        index = torch.as_tensor(timestep_index, device=sample.device, dtype=torch.long)
+        if bool((index < 0).any()) or bool((index >= self.num_steps).any()):
+            raise IndexError(
+                f"timestep_index out of range [0, {self.num_steps - 1}]: {timestep_index}"
+            )
+        x_coef, v_coef, std = (per_sample(row[index], sample) for row in table)
+        return x_coef, v_coef, std
 
     def step(
         self,
@@ -83,13 +123,8 @@ class FlowSDESampler:
                 make the draw independent of how a batch is split across processes.
         """
         sample = sample.float()
-        model_output = model_output.float()
-        sigma, sigma_next = _sigma_pair(self.sigmas, timestep_index, sample)
-        dt = sigma_next - sigma
-        g = self.diffusion_coefficient(sigma)
-        g2_over_2s = g.square() / (2 * sigma)
-        mean = sample * (1 + g2_over_2s * dt) + model_output * (1 + g2_over_2s * (1 - sigma)) * dt
-        std = g * torch.sqrt(-dt)  # [B, 1, ..., 1]
+        x_coef, v_coef, std = self._step_coefficients(timestep_index, sample)
+        mean = sample * x_coef + model_output.float() * v_coef
 
         if prev_sample is None:
             if noise is None:
@@ -104,4 +139,9 @@ class FlowSDESampler:
             log_prob = torch.zeros(sample.shape[0], device=sample.device)
         else:
             log_prob = gaussian_log_prob(prev_sample.detach(), mean, std, self.log_prob_reduction)
-        return StepOutput(prev_sample=prev_sample, log_prob=log_prob, mean=mean, std=std.flatten())
+        return StepOutput(
+            prev_sample=prev_sample,
+            log_prob=log_prob,
+            mean=mean,
+            std=std.flatten().expand(sample.shape[0]),
+        )

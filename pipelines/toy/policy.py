@@ -27,7 +27,9 @@ class ToyDigitsPolicy(FlowPolicy):
         self.num_classes = _base_model(self.network).num_classes
 
     def encode_prompts(self, prompts: list[str]) -> Condition:
-        return {"labels": torch.tensor([parse_prompt(p) for p in prompts], dtype=torch.long)}
+        # Each prompt recurs group_size times in a batch: parse the distinct ones once.
+        labels = {p: parse_prompt(p) for p in dict.fromkeys(prompts)}
+        return {"labels": torch.tensor([labels[p] for p in prompts], dtype=torch.long)}
 
     def null_condition(self, condition: Condition) -> Condition:
         return {"labels": torch.full_like(condition["labels"], self.num_classes)}
