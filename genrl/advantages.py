@@ -50,7 +50,9 @@ def group_advantages(
         )
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     num_groups = counts.numel()
-    sums = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards)
+    sums = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
+        0, inverse, rewards
+    )
     means = sums / counts
     centred = rewards - means[inverse]
     if std_mode == "none":
@@ -58,7 +60,9 @@ def group_advantages(
     if std_mode == "global":
         std = rewards.std(unbiased=False)
         return centred / (std + eps)
-    sq = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, centred.square())
+    sq = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
+        0, inverse, centred.square()
+    )
     group_std = torch.sqrt(sq / counts)
     return centred / (group_std[inverse] + eps)
 
@@ -76,10 +80,10 @@ def zero_std_fraction(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float
     """Fraction of groups whose rewards are all equal (they carry no learning signal)."""
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     num_groups = counts.numel()
-    low = torch.full((num_groups,), float("inf")).scatter_reduce(
+    low = torch.full((num_groups,), float("inf"), device=rewards.device).scatter_reduce(
         0, inverse, rewards.float(), "amin"
     )
-    high = torch.full((num_groups,), float("-inf")).scatter_reduce(
+    high = torch.full((num_groups,), float("-inf"), device=rewards.device).scatter_reduce(
         0, inverse, rewards.float(), "amax"
     )
     return float(((high - low) <= tol).float().mean())

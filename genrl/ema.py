@@ -46,7 +46,7 @@ class EMA:
                     p.copy_(backup[n])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: t.clone() for n, t in self.shadow.items()}
+        return {n: t.detach().cpu().clone() for n, t in self.shadow.items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for n in self.shadow:

@@ -41,9 +41,10 @@ def sample_ode(
     """Deterministic Euler-ODE samples ``[N, *event]`` from initial noise ``[N, *event]``."""
     sampler = FlowODESampler(flow_sigmas(num_steps, shift))
     condition = policy.encode_prompts(prompts)
-    x = noise.float()
+    x = noise.float().to(policy.device)
+    sigmas = sampler.sigmas.to(x.device)
     for i in range(num_steps):
-        sigma = sampler.sigmas[i].expand(x.shape[0])
+        sigma = sigmas[i].expand(x.shape[0])
         v = policy.velocity(x, sigma, condition, guidance_scale)
         x = sampler.step(v, i, x).prev_sample
     return x

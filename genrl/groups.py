@@ -44,7 +44,9 @@ def gather(tensor: torch.Tensor, accelerator: Accelerator | None) -> torch.Tenso
     """Concatenate ``[n, ...]`` tensors of all processes in rank order into ``[N, ...]``."""
     if accelerator is None or accelerator.num_processes == 1:
         return tensor
-    return accelerator.gather(tensor.contiguous())
+    # NCCL gathers only device tensors; bring the result back next to the input.
+    gathered = accelerator.gather(tensor.contiguous().to(accelerator.device))
+    return gathered.to(tensor.device)
 
 
 def gather_scores(
@@ -58,6 +60,11 @@ def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> dict[str, floa
     """Mean within-group std and the number of groups, for logging."""
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     n = counts.numel()
-    means = torch.zeros(n).index_add_(0, inverse, values.float()) / counts
-    var = torch.zeros(n).index_add_(0, inverse, (values.float() - means[inverse]).square()) / counts
+    means = torch.zeros(n, device=values.device).index_add_(0, inverse, values.float()) / counts
+    var = (
+        torch.zeros(n, device=values.device).index_add_(
+            0, inverse, (values.float() - means[inverse]).square()
+        )
+        / counts
+    )
     return {"group_std_mean": float(var.sqrt().mean()), "num_groups": float(n)}

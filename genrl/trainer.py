@@ -163,7 +163,7 @@ class Trainer:
 
         # 4. Advantages on the gathered batch; keep this process's slice.
         advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
-        rollout.advantages = advantages[self.local].to(torch.float32)
+        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
         return CollectedBatch(
             rollout=rollout,
             noise=noise,

@@ -59,6 +59,11 @@ class FlowPolicy(abc.ABC):
         """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
 
     # -- shared ---------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the network's parameters live (inputs are moved there)."""
+        return next(self.network.parameters()).device
+
     def velocity(
         self,
         latents: torch.Tensor,
@@ -131,7 +136,9 @@ class FlowPolicy(abc.ABC):
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         return {
-            n: p.detach().clone() for n, p in self.network.named_parameters() if p.requires_grad
+            n: p.detach().cpu().clone()
+            for n, p in self.network.named_parameters()
+            if p.requires_grad
         }
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -142,3 +142,35 @@ def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> N
     for name, value in _params(accumulated).items():
         # Adam divides by sqrt(v): float noise in tiny gradients shows at ~1e-6 of a 1e-2 step.
         torch.testing.assert_close(value, _params(single)[name], rtol=1e-4, atol=2e-5)
+
+
+def test_interruption_saves_a_checkpoint_that_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overrides = ("train.iterations=4",)
+    straight = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "a")
+    straight.train()
+
+    interrupted = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b")
+    real_iteration = interrupted.train_iteration
+
+    def ctrl_c_in_third_iteration() -> dict[str, float]:
+        if interrupted.iteration == 2:
+            raise KeyboardInterrupt  # as if the user pressed Ctrl-C during the rollout
+        return real_iteration()
+
+    monkeypatch.setattr(interrupted, "train_iteration", ctrl_c_in_third_iteration)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.train()
+    assert (tmp_path / "b" / "checkpoints" / "iter_000002" / "state.pt").is_file()
+    assert not (tmp_path / "b" / "summary.json").exists()
+
+    resumed = Trainer(
+        tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b", resume_from=tmp_path / "b"
+    )
+    resumed.train()
+    for name, value in _params(straight).items():
+        assert torch.equal(value, _params(resumed)[name]), name
+    assert _comparable(read_metrics(tmp_path / "a" / "metrics.jsonl")) == _comparable(
+        read_metrics(tmp_path / "b" / "metrics.jsonl")
+    )

@@ -52,10 +52,15 @@ class RolloutNoise:
             (self.seed * 1_000_003 + self.iteration * 7_919 + tag * 104_729) % (2**63 - 1)
         )
 
-    def randn(self, tag: int, event_shape: tuple[int, ...]) -> torch.Tensor:
-        """``[n_local, *event_shape]`` float32 noise for stream ``tag``."""
+    def randn(
+        self, tag: int, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
+    ) -> torch.Tensor:
+        """``[n_local, *event_shape]`` float32 noise for stream ``tag`` on ``device``.
+
+        Drawn on the CPU so that the numbers do not depend on the accelerator either.
+        """
         full = torch.randn((self.num_global, *event_shape), generator=self.generator(tag))
-        return full[self.local]
+        return full[self.local].to(device)
 
     def permutation(self, tag: int, n: int) -> torch.Tensor:
         """A reproducible permutation of ``range(n)`` for stream ``tag``."""

@@ -94,13 +94,15 @@ class FlowGRPO(Algorithm):
     def collect(
         self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowTrajectory:
+        device = policy.device
         condition = policy.encode_prompts(prompts)
-        sigmas = self.sampler.sigmas
-        x = noise.randn(0, policy.latent_shape)
+        sigmas = self.sampler.sigmas.to(device)
+        x = noise.randn(0, policy.latent_shape, device)
         latents, log_probs = [x], []
         for i in range(self.sampler.num_steps):
             v = policy.velocity(x, sigmas[i].expand(len(prompts)), condition, self.guidance_scale)
-            out = self.sampler.step(v, i, x, noise=noise.randn(i + 1, policy.latent_shape))
+            step_noise = noise.randn(i + 1, policy.latent_shape, device)
+            out = self.sampler.step(v, i, x, noise=step_noise)
             x = out.prev_sample
             latents.append(x)
             log_probs.append(out.log_prob)
@@ -112,7 +114,7 @@ class FlowGRPO(Algorithm):
             latents=torch.stack(latents, dim=1),
             log_probs=log_probs_t,
             trainable_steps=torch.ones_like(log_probs_t, dtype=torch.bool),
-            advantages=torch.zeros(len(prompts)),
+            advantages=torch.zeros(len(prompts), device=device),
         )
 
     def final_outputs(self, policy: Any, rollout: FlowTrajectory) -> torch.Tensor:
@@ -129,10 +131,11 @@ class FlowGRPO(Algorithm):
         n, num_steps = rollout.log_probs.shape
         k = self.num_train_steps
         # Random keys on non-trainable steps are pushed last so that they are never picked.
-        keys = torch.rand((n, num_steps), generator=noise.generator(10_000))
+        device = rollout.latents.device
+        keys = torch.rand((n, num_steps), generator=noise.generator(10_000)).to(device)
         keys = keys + (~rollout.trainable_steps).float()
         steps = keys.argsort(dim=1)[:, :k]  # [n, k]
-        rows = torch.arange(n).unsqueeze(1).expand(n, k)
+        rows = torch.arange(n, device=device).unsqueeze(1).expand(n, k)
         flat_rows, flat_steps = rows.reshape(-1), steps.reshape(-1)
         return FlowTransitions(
             condition={key: v[flat_rows] for key, v in rollout.condition.items()},
@@ -148,7 +151,7 @@ class FlowGRPO(Algorithm):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
         guidance = self.guidance_scale if self.config.cfg_in_training else 1.0
-        sigma = self.sampler.sigmas[mb.timestep_index]
+        sigma = self.sampler.sigmas.to(mb.sample.device)[mb.timestep_index]
         v = policy.velocity(mb.sample, sigma, mb.condition, guidance)
         out = self.sampler.step(v, mb.timestep_index, mb.sample, prev_sample=mb.next_sample)
         loss, metrics = self.surrogate(out.log_prob, mb.old_log_probs, mb.advantages)

@@ -29,7 +29,11 @@ class ToyDigitsPolicy(FlowPolicy):
     def encode_prompts(self, prompts: list[str]) -> Condition:
         # Each prompt recurs group_size times in a batch: parse the distinct ones once.
         labels = {p: parse_prompt(p) for p in dict.fromkeys(prompts)}
-        return {"labels": torch.tensor([labels[p] for p in prompts], dtype=torch.long)}
+        return {
+            "labels": torch.tensor(
+                [labels[p] for p in prompts], dtype=torch.long, device=self.device
+            )
+        }
 
     def null_condition(self, condition: Condition) -> Condition:
         return {"labels": torch.full_like(condition["labels"], self.num_classes)}
