@@ -18,7 +18,7 @@ from genrl.config import (
 
 
 def digits_flow_grpo() -> TrainConfig:
-    """Full fine-tuning of the ~0.5M-parameter generator; the default ``genrl train`` job."""
+    """Full fine-tuning of the 660k-parameter digits generator; the default ``genrl train`` job."""
     return TrainConfig(
         recipe="digits_flow_grpo",
         seed=0,
