@@ -58,8 +58,16 @@ def save_checkpoint(
     summary = {k: v for k, v in state.items() if isinstance(v, int | float | str)}
     (tmp / "state.json").write_text(json.dumps({"iteration": iteration, **summary}, indent=2))
     if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+        # Re-saving an iteration: move the old copy aside first so that a crash at any point
+        # leaves one complete checkpoint.
+        old = final.with_name(f".old-{final.name}")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
     _prune(run_dir, keep)
     return final
 
@@ -68,6 +76,21 @@ def _prune(run_dir: Path, keep: int) -> None:
     found = list_checkpoints(run_dir)
     for old in found[: max(0, len(found) - keep)]:
         shutil.rmtree(old)
+
+
+def set_aside_newer(run_dir: Path, iteration: int) -> list[Path]:
+    """Resuming from an older checkpoint starts a new branch: move the run's later checkpoints
+    to ``checkpoints/abandoned/`` so that pruning and a later ``--resume`` never mix branches."""
+    moved = []
+    for path in list_checkpoints(run_dir):
+        if int(path.name.removeprefix(PREFIX)) > iteration:
+            target = run_dir / "checkpoints" / "abandoned" / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(path, target)
+            moved.append(target)
+    return moved
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -7,6 +7,7 @@ exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -77,13 +78,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_user_error(err: Exception) -> bool:
     from genrl.checkpoint import CheckpointError
+    from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
     from reward_models import RewardError
 
     # ValueError covers our own input checks (shapes, prompts, names); torch failures are
     # RuntimeErrors and keep their traceback.
     return isinstance(
-        err, ConfigError | CheckpointError | RewardError | FileNotFoundError | ValueError
+        err,
+        ConfigError
+        | CheckpointError
+        | RewardError
+        | NonFiniteLossError
+        | FileNotFoundError
+        | ValueError,
     )
 
 
@@ -167,9 +175,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     noise = torch.randn(
         (n, *policy.latent_shape), generator=torch.Generator().manual_seed(args.seed)
     )
-    latents = sample_ode(
-        policy, order, noise, cfg.eval.num_steps, cfg.sampler.shift, cfg.sampler.guidance_scale
-    )
+    # Sample with the weights `genrl eval` scores: the EMA when the run keeps one.
+    ema = trainer.ema.swapped_in() if trainer.ema is not None else contextlib.nullcontext()
+    with ema:
+        latents = sample_ode(
+            policy, order, noise, cfg.eval.num_steps, cfg.sampler.shift, cfg.sampler.guidance_scale
+        )
     images = policy.decode(latents)
     scores = trainer.reward(images, order).scores[trainer.reward.name]
     save_sample_grid(

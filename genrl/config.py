@@ -78,6 +78,9 @@ class TrainLoopConfig:
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
     """Autocast for model forwards; log-probs are always float32."""
+    noise_layout: Literal["global", "local"] = "global"
+    """``global``: each process draws the whole batch's noise and keeps its slice, so N processes
+    reproduce a one-process run; ``local``: each draws only its own (cheaper at large scale)."""
 
 
 @dataclass
@@ -176,10 +179,19 @@ class TrainConfig:
             "eval.samples_per_prompt": self.eval.samples_per_prompt,
             "eval.num_steps": self.eval.num_steps,
             "optim.ema_every": o.ema_every,
+            "logging.log_every": self.logging.log_every,
+            "logging.keep_checkpoints": self.logging.keep_checkpoints,
         }
         for key, value in positive.items():
-            if value < 1:
+            if value < 1:  # e.g. keep_checkpoints=0 would delete the checkpoint just written
                 raise ConfigError(f"{key} must be >= 1, got {value}")
+        for key, value in {
+            "eval.every": self.eval.every,
+            "optim.warmup_steps": o.warmup_steps,
+            "logging.checkpoint_every": self.logging.checkpoint_every,
+        }.items():
+            if value < 0:
+                raise ConfigError(f"{key} must be >= 0, got {value}")
         if o.lr <= 0:
             raise ConfigError(f"optim.lr must be positive, got {o.lr}")
         if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
@@ -224,7 +236,7 @@ class TrainConfig:
             raise ConfigError(
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
             )
-        self.algorithm.validate()
+        self.algorithm.validate(self)
 
 
 def algorithm_config(name: str) -> AlgorithmConfig:

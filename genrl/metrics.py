@@ -30,7 +30,9 @@ class MetricsWriter:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_iteration)
+            # Steps up to the checkpoint's iteration were logged before it was written: keep them.
+            purge = None if resume_iteration is None else resume_iteration + 1
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge)
 
     def write(self, iteration: int, metrics: dict[str, float]) -> None:
         row = {"iteration": iteration, **{k: _finite(v) for k, v in metrics.items()}}

@@ -2,15 +2,16 @@
 
 1. prompts  2. rollout  3. rewards  4. advantages  5. update  6. bookkeeping
 
-Everything random is derived from ``(seed, iteration)`` (see ``RolloutNoise``), so a resumed run
-and a run on several processes reproduce a single uninterrupted one-process run.
+Everything random is derived from ``(seed, iteration)`` (see ``RolloutNoise``): a resumed run
+reproduces an uninterrupted one exactly, and a run on N processes draws the same prompts, noise,
+rewards and advantages as a one-process run (its minibatches differ, as each process shuffles
+its own share).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,12 @@ from genrl.advantages import zero_std_fraction
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import RolloutNoise
 from genrl.config import TrainConfig
-from genrl.ema import EMA
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
-from genrl.metrics import MeanAccumulator, MetricsWriter, console_line, read_metrics
+from genrl.interrupt import StopRequest
+from genrl.metrics import MetricsWriter, console_line, read_metrics
+from genrl.optimization import Updater
+from genrl.overrides import ConfigError
 from genrl.prompts import load_prompts
 
 
@@ -82,26 +85,20 @@ class Trainer:
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
         p = config.policy
-        self.policy = build_policy(p.name, pretrained=p.pretrained)
-        self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
+        self.policy = _build(build_policy, p.name, "policy", pretrained=p.pretrained)
+        # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
+        # RNG of the caller untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
         self.reward = CompositeReward(
-            [(build_reward(spec.name, **spec.kwargs), spec.weight) for spec in config.reward]
+            [
+                (_build(build_reward, spec.name, f"reward.{i}", **spec.kwargs), spec.weight)
+                for i, spec in enumerate(config.reward)
+            ]
         )
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
         self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
-
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.policy.trainable_parameters(),
-            lr=o.lr,
-            betas=(o.betas[0], o.betas[1]),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
-        self.policy.module, self.optimizer = self.accelerator.prepare(
-            self.policy.module, self.optimizer
-        )
-        self.ema = EMA(self.policy.network, o.ema_decay, o.ema_every) if o.ema_decay else None
 
         t = config.train
         self.num_global = t.prompts_per_iteration * t.group_size
@@ -109,31 +106,29 @@ class Trainer:
             self.num_global, self.accelerator.num_processes, self.accelerator.process_index
         )
         units = self.algorithm.num_units(self.local.stop - self.local.start)
-        self.minibatches_per_epoch = math.ceil(units / t.minibatch_size)
-        steps_per_epoch = math.ceil(self.minibatches_per_epoch / t.gradient_accumulation_steps)
-        self.total_optimizer_steps = t.iterations * t.inner_epochs * steps_per_epoch
+        self.updater = Updater(config, self.policy, self.accelerator, units)
 
         self.iteration = 0
-        self.optimizer_steps = 0
         self.eval_history: dict[str, Any] = {}
         self.wall_seconds_before = 0.0
+        self.stop = StopRequest()
 
     # ------------------------------------------------------------------------------------------
     @property
     def is_main(self) -> bool:
         return self.accelerator.is_main_process
 
-    def _lr(self, step: int) -> float:
-        o = self.config.optim
-        if step < o.warmup_steps:
-            return o.lr * (step + 1) / o.warmup_steps
-        span = max(1, self.total_optimizer_steps - o.warmup_steps)
-        progress = min(1.0, (step - o.warmup_steps) / span)
-        if o.lr_schedule == "cosine":
-            return o.lr * 0.5 * (1 + math.cos(math.pi * progress))
-        if o.lr_schedule == "linear":
-            return o.lr * (1 - progress)
-        return o.lr
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.updater.optimizer
+
+    @property
+    def ema(self) -> Any:
+        return self.updater.ema
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.updater.steps
 
     def collect(self) -> CollectedBatch:
         """Phases 1-4 of the current iteration: prompts, rollout, rewards, advantages."""
@@ -144,7 +139,7 @@ class Trainer:
         # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
         prompts = self.prompts.sample(cfg.train.prompts_per_iteration, cfg.seed, it)
         global_prompts, global_group_ids = expand_groups(prompts, cfg.train.group_size)
-        noise = RolloutNoise(cfg.seed, it, self.num_global, self.local)
+        noise = RolloutNoise(cfg.seed, it, self.num_global, self.local, cfg.train.noise_layout)
         local_prompts = global_prompts[self.local]
 
         # 2. Rollout (no gradients).
@@ -181,7 +176,8 @@ class Trainer:
         # 5. Update.
         t_update = time.perf_counter()
         self.policy.module.train()
-        update_metrics = self._update(batch.rollout, batch.noise)
+        units = self.algorithm.training_units(batch.rollout, batch.noise)
+        update_metrics = self.updater.update(self.algorithm, units, batch.noise)
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
@@ -195,65 +191,11 @@ class Trainer:
         metrics["advantages/mean"] = float(batch.advantages.mean())
         metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
         metrics.update(update_metrics)
-        metrics["lr"] = self._lr(max(0, self.optimizer_steps - 1))
-        metrics["optimizer_steps"] = float(self.optimizer_steps)
         metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
         metrics["time/update_s"] = time.perf_counter() - t_update
         metrics["time/iteration_s"] = time.perf_counter() - t_start
         metrics["time/samples_per_s"] = self.num_global / max(batch.timings["rollout_s"], 1e-9)
         self.iteration += 1
-        return metrics
-
-    def _update(self, rollout: Any, noise: RolloutNoise) -> dict[str, float]:
-        cfg, acc = self.config, self.accelerator
-        units = self.algorithm.training_units(rollout, noise)
-        n_units = len(units)
-        accumulate = cfg.train.gradient_accumulation_steps
-        tracker = MeanAccumulator()
-        first_ratio_deviation = None
-        for epoch in range(cfg.train.inner_epochs):
-            order = noise.permutation(20_000 + epoch, n_units)
-            chunks = list(order.split(cfg.train.minibatch_size))
-            for k, index in enumerate(chunks):
-                window_start = (k // accumulate) * accumulate
-                window = min(accumulate, len(chunks) - window_start)
-                is_step = k == window_start + window - 1
-                sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
-                with sync, acc.autocast():
-                    loss, metrics = self.algorithm.loss(self.policy, units.select(index))
-                    acc.backward(loss / window)
-                if first_ratio_deviation is None and "ratio_max" in metrics:
-                    first_ratio_deviation = max(
-                        abs(metrics["ratio_max"] - 1), abs(metrics["ratio_min"] - 1)
-                    )
-                tracker.add({f"loss/{k2}": v for k2, v in metrics.items()})
-                tracker.add({"loss/total": float(loss.detach())})
-                if is_step:
-                    tracker.add(self._optimizer_step())
-        out = tracker.means()
-        if first_ratio_deviation is not None:
-            out["loss/first_minibatch_ratio_deviation"] = first_ratio_deviation
-        out["train_units"] = float(n_units)
-        return out
-
-    def _optimizer_step(self) -> dict[str, float]:
-        acc, o = self.accelerator, self.config.optim
-        metrics: dict[str, float] = {}
-        params = self.policy.trainable_parameters()
-        if o.max_grad_norm is not None:
-            metrics["grad_norm"] = float(acc.clip_grad_norm_(params, o.max_grad_norm))
-        else:
-            norms = [p.grad.norm() for p in params if p.grad is not None]
-            metrics["grad_norm"] = (
-                float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-            )
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._lr(self.optimizer_steps)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.optimizer_steps += 1
-        if self.ema is not None:
-            self.ema.step(self.optimizer_steps)
         return metrics
 
     # ------------------------------------------------------------------------------------------
@@ -309,7 +251,7 @@ class Trainer:
             self.ema.load_state_dict(data["ema"])
         state = data["state"]
         self.iteration = int(state["iteration"])
-        self.optimizer_steps = int(state["optimizer_steps"])
+        self.updater.steps = int(state["optimizer_steps"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.reward.load_state_dict(state["reward"])
         self.eval_history = dict(state.get("eval_history", {}))
@@ -329,6 +271,10 @@ class Trainer:
         cfg = self.config
         if self._resume_path is not None:
             self.load_checkpoint(self._resume_path)
+            if self.is_main:
+                for path in ckpt.set_aside_newer(self.run_dir, self.iteration):
+                    print(f"genrl: moved later checkpoint {path.name} to {path.parent}", flush=True)
+            self.accelerator.wait_for_everyone()
         report = RunReport(self, self.run_dir) if self.is_main else None
         if report is not None:
             report.start(resumed=self._resume_path is not None)
@@ -356,29 +302,34 @@ class Trainer:
         )
         interrupted = False
         try:
-            while self.iteration < end:
-                metrics = self.train_iteration()
-                every = cfg.eval.every
-                if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
-                    metrics["eval/reward"] = self.evaluate().reward
-                if writer is not None:
-                    writer.write(self.iteration, metrics)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{metrics[self.reward.name + '/mean']:.3f}")
-                if self.is_main and self.iteration % cfg.logging.log_every == 0:
-                    _echo(bar, console_line(self.iteration, cfg.train.iterations, metrics))
-                ce = cfg.logging.checkpoint_every
-                if ce and self.iteration % ce == 0 and self.iteration < end:
-                    self.save_checkpoint(time.perf_counter() - started)
-        except KeyboardInterrupt:
-            interrupted = True
-            _echo(bar, f"interrupted: saving a checkpoint at iteration {self.iteration}")
+            with self.stop.handle_sigint(lambda line: _echo(bar, line)):
+                while self.iteration < end:
+                    metrics = self.train_iteration()
+                    every = cfg.eval.every
+                    if every and self.iteration % every == 0 and self.iteration < end:
+                        metrics["eval/reward"] = self.evaluate().reward
+                    if writer is not None:
+                        writer.write(self.iteration, metrics)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(reward=f"{metrics[self.reward.name + '/mean']:.3f}")
+                    if self.is_main and self.iteration % cfg.logging.log_every == 0:
+                        _echo(bar, console_line(self.iteration, cfg.train.iterations, metrics))
+                    if self.stop.agreed(self.accelerator):
+                        interrupted = True
+                        break
+                    ce = cfg.logging.checkpoint_every
+                    if ce and self.iteration % ce == 0 and self.iteration < end:
+                        self.save_checkpoint(time.perf_counter() - started)
         finally:
             if bar is not None:
                 bar.close()
         wall = time.perf_counter() - started
         self.save_checkpoint(wall)
+        if interrupted:
+            _echo(
+                None, f"stopped at iteration {self.iteration}; resume with --resume {self.run_dir}"
+            )
         summary: dict[str, Any] = {}
         if self.iteration >= cfg.train.iterations and not interrupted:
             after = self.evaluate()
@@ -392,6 +343,16 @@ class Trainer:
         if interrupted:
             raise KeyboardInterrupt
         return summary
+
+
+def _build(factory: Any, name: str, field: str, **kwargs: Any) -> Any:
+    """Build a registered policy/reward; wrong keyword arguments name the config field."""
+    try:
+        return factory(name, **kwargs)
+    except TypeError as err:
+        if "argument" not in str(err):
+            raise
+        raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
 
 
 def _eval_record(result: EvalResult) -> dict[str, Any]:

@@ -99,6 +99,9 @@ class FlowPolicy(abc.ABC):
         """Inside this context ``velocity`` uses the reference policy: the base model with the
         LoRA adapter disabled (no second copy), or a frozen copy made at setup for full
         fine-tuning."""
+        if self._frozen_reference is not None:
+            # The trainer moves only the trained network to the accelerator; follow it.
+            self._frozen_reference.to(self.device)
         self._use_reference = True
         try:
             if self.is_lora:

@@ -49,6 +49,13 @@ class RewardModel(abc.ABC):
         result = self.score(outputs, list(prompts), list(metadata) if metadata else None)
         if self.name not in result.scores:
             raise ValueError(f"reward {self.name!r} returned no score named {self.name!r}")
+        for key, value in result.scores.items():
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (len(prompts),):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
+                raise ValueError(
+                    f"reward {self.name!r}: score {key!r} must be a tensor of shape "
+                    f"[{len(prompts)}] (one value per sample), got {shape}"
+                )
         return result
 
     @abc.abstractmethod

@@ -43,7 +43,8 @@ class DigitClassifierReward(RewardModel):
             raise ValueError(
                 f"{self.name}: expected images [B, 1, 8, 8] in [0, 1], got {tuple(outputs.shape)}"
             )
-        labels = torch.tensor([parse_prompt(p) for p in prompts], device=self.device)
+        parsed = {p: parse_prompt(p) for p in dict.fromkeys(prompts)}  # groups repeat prompts
+        labels = torch.tensor([parsed[p] for p in prompts], device=self.device)
         probs = self.model(outputs.float().to(self.device)).softmax(dim=-1)
         target = probs.gather(1, labels[:, None]).squeeze(1)
         correct = (probs.argmax(dim=-1) == labels).float()

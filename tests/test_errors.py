@@ -97,3 +97,51 @@ def test_unparseable_prompt_and_wrong_image_shape() -> None:
         reward(torch.zeros(1, 1, 8, 8), ["a cat"])
     with pytest.raises(ValueError, match="2 outputs but 1 prompts"):
         reward(torch.zeros(2, 1, 8, 8), ["digit 1"])
+
+
+def test_settings_that_cannot_train_are_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli_error(capsys, "train", "--set", "sampler.noise_level=0")
+    assert "sampler.noise_level must be > 0 for flow_grpo" in err
+    err = _cli_error(capsys, "train", "--set", "sampler.guidance_scale=3",
+                     "--set", "algorithm.cfg_in_training=false")  # fmt: skip
+    assert "off-policy" in err
+    assert "logging.keep_checkpoints must be >= 1" in _cli_error(
+        capsys, "train", "--set", "logging.keep_checkpoints=0"
+    )
+    assert "logging.log_every must be >= 1" in _cli_error(
+        capsys, "train", "--set", "logging.log_every=0"
+    )
+
+
+def test_wrong_reward_kwargs_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _cli_error(capsys, "train", "--set", 'reward.0.kwargs={"pth": "x"}')
+    assert "reward.0: cannot build 'digit_classifier'" in err and "pth" in err
+
+
+class _BadShapeReward(RewardModel):
+    name = "bad_shape"
+
+    def score(self, outputs, prompts, metadata):
+        return RewardOutput({self.name: torch.ones(len(prompts), 1)})
+
+
+def test_reward_with_wrong_score_shape_is_named() -> None:
+    with pytest.raises(
+        ValueError, match=r"'bad_shape': score 'bad_shape' must be a tensor of shape \[3\]"
+    ):
+        _BadShapeReward()(torch.zeros(3, 1, 8, 8), ["digit 1"] * 3)
+
+
+def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genrl.optimization import NonFiniteLossError
+
+    trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
+    real_loss = trainer.algorithm.loss
+
+    def exploding_loss(policy, minibatch):
+        loss, metrics = real_loss(policy, minibatch)
+        return loss * float("inf"), metrics
+
+    monkeypatch.setattr(trainer.algorithm, "loss", exploding_loss)
+    with pytest.raises(NonFiniteLossError, match=r"the loss is inf .*clip_fraction="):
+        trainer.train()

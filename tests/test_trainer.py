@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -144,33 +146,95 @@ def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> N
         torch.testing.assert_close(value, _params(single)[name], rtol=1e-4, atol=2e-5)
 
 
-def test_interruption_saves_a_checkpoint_that_resumes_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ctrl_c_mid_update_finishes_the_iteration_and_resumes_exactly(tmp_path: Path) -> None:
     overrides = ("train.iterations=4",)
     straight = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "a")
     straight.train()
 
     interrupted = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b")
-    real_iteration = interrupted.train_iteration
+    real_update = interrupted.updater.update
 
-    def ctrl_c_in_third_iteration() -> dict[str, float]:
-        if interrupted.iteration == 2:
-            raise KeyboardInterrupt  # as if the user pressed Ctrl-C during the rollout
-        return real_iteration()
+    def ctrl_c_during_second_update(*args: object) -> dict[str, float]:
+        if interrupted.iteration == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C once, mid-update
+        return real_update(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(interrupted, "train_iteration", ctrl_c_in_third_iteration)
+    interrupted.updater.update = ctrl_c_during_second_update  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         interrupted.train()
-    assert (tmp_path / "b" / "checkpoints" / "iter_000002" / "state.pt").is_file()
+    # The iteration in progress was completed, then checkpointed.
+    assert [p.name for p in (tmp_path / "b" / "checkpoints").iterdir()] == ["iter_000002"]
     assert not (tmp_path / "b" / "summary.json").exists()
 
     resumed = Trainer(
         tiny_config(tmp_path, *overrides), run_dir=tmp_path / "b", resume_from=tmp_path / "b"
     )
     resumed.train()
+    assert resumed.optimizer_steps == straight.optimizer_steps
     for name, value in _params(straight).items():
         assert torch.equal(value, _params(resumed)[name]), name
     assert _comparable(read_metrics(tmp_path / "a" / "metrics.jsonl")) == _comparable(
         read_metrics(tmp_path / "b" / "metrics.jsonl")
     )
+
+
+def test_second_ctrl_c_aborts_without_saving(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, "train.iterations=3"), run_dir=tmp_path / "run")
+    real_update = trainer.updater.update
+
+    def ctrl_c_twice(*args: object) -> dict[str, float]:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_update(*args)  # type: ignore[arg-type]
+
+    trainer.updater.update = ctrl_c_twice  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    # The handler is removed again: SIGINT is back to Python's default.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resuming_an_older_checkpoint_sets_later_ones_aside(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, "train.iterations=3", "logging.checkpoint_every=1",
+                         "logging.keep_checkpoints=5")  # fmt: skip
+    Trainer(config, run_dir=tmp_path / "run").train()
+    older = tmp_path / "run" / "checkpoints" / "iter_000001"
+    Trainer(config, run_dir=tmp_path / "run", resume_from=older).train(stop_after=2)
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["abandoned", "iter_000001", "iter_000002"]
+    abandoned = sorted(p.name for p in (tmp_path / "run" / "checkpoints" / "abandoned").iterdir())
+    assert abandoned == ["iter_000002", "iter_000003"]  # the old branch's 2 and 3
+
+
+def test_lora_initialisation_follows_the_run_seed(tmp_path: Path) -> None:
+    weights = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # whatever the caller did before must not matter
+        trainer = Trainer(tiny_config(tmp_path, "policy.lora_rank=4"), run_dir=tmp_path / "r")
+        weights.append(trainer.policy.trainable_state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+@pytest.mark.parametrize("selection", ["prefix", "random"])
+def test_trained_timesteps(tmp_path: Path, selection: str) -> None:
+    # 4 sampling steps x 0.99 -> 3 trained steps per trajectory.
+    trainer = Trainer(
+        tiny_config(tmp_path, f"algorithm.timestep_selection={selection}"), run_dir=tmp_path / "r"
+    )
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    steps = units.timestep_index.reshape(len(batch.rollout), 3)
+    if selection == "prefix":  # the Flow-GRPO reference: steps 0..k-1 in order
+        assert (steps == torch.tensor([0, 1, 2])).all()
+    else:
+        assert len({tuple(row) for row in steps.sort(dim=1).values.tolist()}) > 1
+        assert all(len(set(row)) == 3 for row in steps.tolist())
+    # Each unit pairs the right states and log-prob of its trajectory.
+    row = 5
+    for j, step in enumerate(steps[row].tolist()):
+        unit = row * 3 + j
+        assert torch.equal(units.sample[unit], batch.rollout.latents[row, step])
+        assert torch.equal(units.next_sample[unit], batch.rollout.latents[row, step + 1])
+        assert units.old_log_probs[unit] == batch.rollout.log_probs[row, step]

@@ -26,45 +26,65 @@ class AlgorithmConfig:
 
     name: str = ""
 
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the offending field; subclasses extend."""
+    def validate(self, train_config: Any = None) -> None:
+        """Raise ``ConfigError`` naming the offending field; ``train_config`` (the whole
+        ``TrainConfig``) lets an algorithm check the settings it depends on elsewhere."""
 
 
 class RolloutNoise:
-    """Standard-normal noise for one iteration that does not depend on the process layout.
+    """The random streams of one iteration, reproducible from ``(seed, iteration)``.
 
-    Noise is drawn for the *global* batch from a generator seeded by ``(seed, iteration, tag)`` and
-    each process keeps its own slice, so a sample gets the same noise on 1 or N processes and after
-    a resume. The cost (drawing the whole batch's noise on every process) is negligible next to a
-    model forward.
+    With ``layout="global"`` (default) per-sample randomness is drawn for the *global* batch and
+    each process keeps its slice, so a sample gets the same noise on 1 or N processes and after a
+    resume. That costs each process a draw for the whole batch; ``layout="local"`` draws only the
+    process's own samples from a stream that also depends on its slice (cheaper for very large
+    batches, still exact on resume, but not identical across process counts).
     """
 
-    def __init__(self, seed: int, iteration: int, num_global: int, local: slice) -> None:
+    def __init__(
+        self, seed: int, iteration: int, num_global: int, local: slice, layout: str = "global"
+    ) -> None:
+        if layout not in ("global", "local"):
+            raise ValueError(f"noise layout must be 'global' or 'local', got {layout!r}")
         self.seed = seed
         self.iteration = iteration
         self.num_global = num_global
         self.local = local
+        self.layout = layout
+
+    @property
+    def num_local(self) -> int:
+        return self.local.stop - self.local.start
 
     def generator(self, tag: int) -> torch.Generator:
-        # Distinct, reproducible streams per (seed, iteration, tag); large odd multipliers keep
-        # neighbouring iterations and tags from colliding.
+        """A CPU generator for stream ``tag``, the same on every process."""
+        # Large odd multipliers keep neighbouring iterations and tags from colliding.
         return torch.Generator().manual_seed(
             (self.seed * 1_000_003 + self.iteration * 7_919 + tag * 104_729) % (2**63 - 1)
+        )
+
+    def _per_sample(self, draw: Any, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
+        if self.layout == "global":
+            return draw((self.num_global, *shape), generator=self.generator(tag))[self.local]
+        # A stream per (tag, slice start): distinct across processes, fixed across resumes.
+        return draw(
+            (self.num_local, *shape), generator=self.generator(tag * 65_537 + self.local.start)
         )
 
     def randn(
         self, tag: int, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
     ) -> torch.Tensor:
-        """``[n_local, *event_shape]`` float32 noise for stream ``tag`` on ``device``.
+        """``[n_local, *event_shape]`` standard-normal noise for stream ``tag`` on ``device``
+        (drawn on the CPU, so the numbers do not depend on the accelerator)."""
+        return self._per_sample(torch.randn, tag, event_shape).to(device)
 
-        Drawn on the CPU so that the numbers do not depend on the accelerator either.
-        """
-        full = torch.randn((self.num_global, *event_shape), generator=self.generator(tag))
-        return full[self.local].to(device)
+    def rand(self, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """``[n_local, *shape]`` uniform numbers for stream ``tag`` (CPU)."""
+        return self._per_sample(torch.rand, tag, shape)
 
-    def permutation(self, tag: int, n: int) -> torch.Tensor:
-        """A reproducible permutation of ``range(n)`` for stream ``tag``."""
-        return torch.randperm(n, generator=self.generator(tag))
+    def local_permutation(self, tag: int, n: int) -> torch.Tensor:
+        """A permutation of this process's ``n`` training units (differs across processes)."""
+        return torch.randperm(n, generator=self.generator(tag * 65_537 + self.local.start))
 
 
 class Algorithm(abc.ABC):

@@ -35,11 +35,15 @@ class FlowGRPOConfig(AlgorithmConfig):
     clip_range_high: float | None = None
     """Separate upper clip range (DAPO clip-higher); None = ``clip_range``."""
     kl_beta: float = 0.04
-    """Weight of the KL to the reference on the step means; 0 skips the reference forward
-    (Flow-GRPO: 0.04 GenEval/OCR, 0.01 PickScore, 0 Fast)."""
+    """Weight of the KL to the reference on the step means; 0 skips the reference forward.
+    Flow-GRPO uses 0.04 (GenEval/OCR), 0.01 (PickScore), 0 (Fast), but its KL divides by
+    ``sigma_s^2`` where ours is the exact transition KL (divides by ``sigma_s^2 |dt|``): to carry
+    its values over, multiply them by about ``1 / num_steps``."""
     timestep_fraction: float = 0.99
-    """Fraction of the sampling steps trained per trajectory, chosen at random per sample
-    (Flow-GRPO: 0.99 -> 9 of 10 steps)."""
+    """Fraction of the sampling steps trained per trajectory (Flow-GRPO: 0.99 -> 9 of 10)."""
+    timestep_selection: Literal["prefix", "random"] = "prefix"
+    """Which steps: the first ones in sampling order (the Flow-GRPO reference trains steps
+    0..k-1) or a random subset per trajectory (DanceGRPO-style)."""
     std_mode: Literal["group", "global", "none"] = "global"
     """Advantage normaliser: per-prompt std, std of the whole gathered batch (Flow-GRPO's SD3
     configs, ``global_std``) or none."""
@@ -51,7 +55,20 @@ class FlowGRPOConfig(AlgorithmConfig):
     """With ``sampler.guidance_scale > 1``, recompute log-probs with CFG (cond and uncond in one
     batched forward, uncond detached), as Flow-GRPO does; False trains the conditional velocity."""
 
-    def validate(self) -> None:
+    def validate(self, train_config: Any = None) -> None:
+        if train_config is not None:
+            sampler = train_config.sampler
+            if sampler.noise_level <= 0:
+                raise ConfigError(
+                    "sampler.noise_level must be > 0 for flow_grpo: a deterministic step has no "
+                    "log-prob to train (use `genrl eval` to sample with the ODE)"
+                )
+            if sampler.guidance_scale != 1 and not self.cfg_in_training:
+                raise ConfigError(
+                    "algorithm.cfg_in_training=false needs sampler.guidance_scale=1: rollout "
+                    "log-probs come from the guided velocity, so training without CFG would be "
+                    "off-policy from the first step"
+                )
         if self.clip_range <= 0:
             raise ConfigError(f"algorithm.clip_range must be positive, got {self.clip_range}")
         if self.clip_range_high is not None and self.clip_range_high <= 0:
@@ -127,13 +144,16 @@ class FlowGRPO(Algorithm):
         return clip_advantages(self.tracker.update(prompts, rewards), self.config.advantage_clip)
 
     def training_units(self, rollout: FlowTrajectory, noise: RolloutNoise) -> FlowTransitions:
-        """Pick ``num_train_steps`` random trainable steps per trajectory and flatten them."""
+        """Pick ``num_train_steps`` trainable steps per trajectory and flatten them."""
         n, num_steps = rollout.log_probs.shape
         k = self.num_train_steps
-        # Random keys on non-trainable steps are pushed last so that they are never picked.
+        # Keys of non-trainable steps are pushed past every trainable one so they are never picked.
         device = rollout.latents.device
-        keys = torch.rand((n, num_steps), generator=noise.generator(10_000)).to(device)
-        keys = keys + (~rollout.trainable_steps).float()
+        if self.config.timestep_selection == "random":
+            keys = noise.rand(10_000, (num_steps,)).to(device)
+        else:  # prefix: sampling order, first trainable steps first
+            keys = torch.arange(num_steps, device=device, dtype=torch.float32).expand(n, -1)
+        keys = keys + num_steps * (~rollout.trainable_steps).float()
         steps = keys.argsort(dim=1)[:, :k]  # [n, k]
         rows = torch.arange(n, device=device).unsqueeze(1).expand(n, k)
         flat_rows, flat_steps = rows.reshape(-1), steps.reshape(-1)

@@ -1,0 +1,122 @@
+"""Phase 5 of the loop: minibatches, gradient accumulation, clipping, LR schedule, optimizer and
+EMA steps. Knows no algorithm: it asks ``algorithm.loss`` for each minibatch."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import torch
+
+from genrl.algorithms.base import RolloutNoise
+from genrl.config import TrainConfig
+from genrl.ema import EMA
+from genrl.metrics import MeanAccumulator
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN/inf; the message names the loss terms of that minibatch."""
+
+
+class Updater:
+    """Owns the optimizer, the LR schedule and the EMA of one run.
+
+    Args:
+        config: the run's configuration (``train`` and ``optim`` sections).
+        policy: the adapter; its ``module`` is prepared by ``accelerator``.
+        accelerator: the run's ``accelerate.Accelerator``.
+        units_per_iteration: training units per iteration on this process (plans the schedule).
+    """
+
+    def __init__(
+        self, config: TrainConfig, policy: Any, accelerator: Any, units_per_iteration: int
+    ) -> None:
+        o, t = config.optim, config.train
+        self.config = config
+        self.policy = policy
+        self.accelerator = accelerator
+        optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(),
+            lr=o.lr,
+            betas=(o.betas[0], o.betas[1]),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+        )
+        policy.module, self.optimizer = accelerator.prepare(policy.module, optimizer)
+        self.ema = EMA(policy.network, o.ema_decay, o.ema_every) if o.ema_decay else None
+        minibatches = math.ceil(units_per_iteration / t.minibatch_size)
+        steps_per_epoch = math.ceil(minibatches / t.gradient_accumulation_steps)
+        self.total_steps = t.iterations * t.inner_epochs * steps_per_epoch
+        self.steps = 0
+
+    def lr(self, step: int) -> float:
+        """Learning rate of optimizer step ``step``: linear warm-up, then the chosen decay."""
+        o = self.config.optim
+        if step < o.warmup_steps:
+            return o.lr * (step + 1) / o.warmup_steps
+        span = max(1, self.total_steps - o.warmup_steps)
+        progress = min(1.0, (step - o.warmup_steps) / span)
+        if o.lr_schedule == "cosine":
+            return o.lr * 0.5 * (1 + math.cos(math.pi * progress))
+        if o.lr_schedule == "linear":
+            return o.lr * (1 - progress)
+        return o.lr
+
+    def update(self, algorithm: Any, units: Any, noise: RolloutNoise) -> dict[str, float]:
+        """``inner_epochs`` passes over ``units`` in shuffled minibatches; returns mean metrics."""
+        t, acc = self.config.train, self.accelerator
+        accumulate = t.gradient_accumulation_steps
+        tracker = MeanAccumulator()
+        first_ratio_deviation = None
+        for epoch in range(t.inner_epochs):
+            order = noise.local_permutation(20_000 + epoch, len(units))
+            chunks = list(order.split(t.minibatch_size))
+            for k, index in enumerate(chunks):
+                # The last accumulation window of an epoch may be shorter: divide by its size.
+                window_start = (k // accumulate) * accumulate
+                window = min(accumulate, len(chunks) - window_start)
+                is_step = k == window_start + window - 1
+                sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
+                with sync, acc.autocast():
+                    loss, metrics = algorithm.loss(self.policy, units.select(index))
+                    if not torch.isfinite(loss):
+                        terms = ", ".join(f"{k2}={v:.4g}" for k2, v in metrics.items())
+                        raise NonFiniteLossError(
+                            f"the loss is {float(loss.detach())} (epoch {epoch}, minibatch {k}; {terms}); "
+                            "lower optim.lr or check the reward scale"
+                        )
+                    acc.backward(loss / window)
+                if first_ratio_deviation is None and "ratio_max" in metrics:
+                    first_ratio_deviation = max(
+                        abs(metrics["ratio_max"] - 1), abs(metrics["ratio_min"] - 1)
+                    )
+                tracker.add({f"loss/{name}": v for name, v in metrics.items()})
+                tracker.add({"loss/total": float(loss.detach())})
+                if is_step:
+                    tracker.add(self._step())
+        out = tracker.means()
+        if first_ratio_deviation is not None:
+            # 0 exactly on an on-policy first update: the porting check of Flow-GRPO's README.
+            out["loss/first_minibatch_ratio_deviation"] = first_ratio_deviation
+        out["train_units"] = float(len(units))
+        out["lr"] = self.lr(max(0, self.steps - 1))
+        out["optimizer_steps"] = float(self.steps)
+        return out
+
+    def _step(self) -> dict[str, float]:
+        o = self.config.optim
+        params = self.policy.trainable_parameters()
+        if o.max_grad_norm is not None:
+            grad_norm = float(self.accelerator.clip_grad_norm_(params, o.max_grad_norm))
+        else:
+            norms = [p.grad.norm() for p in params if p.grad is not None]
+            grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr(self.steps)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        if self.ema is not None:
+            self.ema.step(self.steps)
+        return {"grad_norm": grad_norm}
