@@ -100,15 +100,16 @@ def _two_process_worker(directory: str) -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == 2
-    trainer = Trainer(
-        tiny_config(Path(directory)), run_dir=Path(directory) / "ddp", accelerator=accelerator
-    )
+    config = tiny_config(Path(directory), "algorithm.timestep_selection=random")
+    trainer = Trainer(config, run_dir=Path(directory) / "ddp", accelerator=accelerator)
     batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
     torch.save(
         {
             "advantages": batch.advantages,
             "local": batch.rollout.advantages,
             "rewards": batch.scores["reward"],
+            "timesteps": units.timestep_index,
         },
         Path(directory) / f"rank{accelerator.process_index}.pt",
     )
@@ -117,7 +118,11 @@ def _two_process_worker(directory: str) -> None:
 def test_two_processes_compute_the_same_advantages(tmp_path: Path) -> None:
     from accelerate import debug_launcher
 
-    single = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "single").collect()
+    trainer = Trainer(
+        tiny_config(tmp_path, "algorithm.timestep_selection=random"), run_dir=tmp_path / "single"
+    )
+    single = trainer.collect()
+    single_timesteps = trainer.algorithm.training_units(single.rollout, single.noise).timestep_index
     debug_launcher(_two_process_worker, args=(str(tmp_path),), num_processes=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for rank in ranks:
@@ -125,6 +130,8 @@ def test_two_processes_compute_the_same_advantages(tmp_path: Path) -> None:
         torch.testing.assert_close(rank["advantages"], single.advantages, rtol=0, atol=1e-5)
     local = torch.cat([r["local"] for r in ranks])
     torch.testing.assert_close(local, single.advantages, rtol=0, atol=1e-5)
+    # Randomly chosen training timesteps follow the sample, not the process layout.
+    assert torch.equal(torch.cat([r["timesteps"] for r in ranks]), single_timesteps)
 
 
 def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> None:
