@@ -11,7 +11,6 @@ its own share).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from genrl.config import TrainConfig
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
 from genrl.interrupt import StopRequest
-from genrl.metrics import MetricsWriter, console_line, read_metrics
+from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.overrides import ConfigError
 from genrl.prompts import load_prompts
@@ -269,21 +268,23 @@ class Trainer:
         from genrl.report import RunReport
 
         cfg = self.config
+        resumed = self._resume_path is not None
         if self._resume_path is not None:
             self.load_checkpoint(self._resume_path)
+            self._resume_path = None  # a later train() call continues in memory
             if self.is_main:
                 for path in ckpt.set_aside_newer(self.run_dir, self.iteration):
                     print(f"genrl: moved later checkpoint {path.name} to {path.parent}", flush=True)
             self.accelerator.wait_for_everyone()
         report = RunReport(self, self.run_dir) if self.is_main else None
         if report is not None:
-            report.start(resumed=self._resume_path is not None)
+            report.start(resumed=resumed)
         started = time.perf_counter() - self.wall_seconds_before
         writer = (
             MetricsWriter(
                 self.run_dir,
                 cfg.logging.tensorboard,
-                resume_iteration=self.iteration if self._resume_path else None,
+                resume_iteration=self.iteration if resumed else None,
             )
             if self.is_main
             else None
@@ -292,9 +293,9 @@ class Trainer:
         if "before" not in self.eval_history:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)
-            if report is not None:
+            if report is not None and writer is not None:
                 report.samples(before, "samples_before.png")
-                writer.write(0, {"eval/reward": before.reward})  # type: ignore[union-attr]
+                writer.write(0, {"eval/reward": before.reward})
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
         bar = _progress(
@@ -378,8 +379,4 @@ def _echo(bar: Any, line: str) -> None:
         print(line, flush=True)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-__all__ = ["Trainer", "read_metrics", "read_summary"]
+__all__ = ["CollectedBatch", "Trainer"]
