@@ -46,6 +46,26 @@ def save_sample_grid(
     grid.save(path)
 
 
+def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, str]) -> None:
+    """Two sample grids next to each other under a title each (e.g. before | after).
+
+    Works from the PNG files, so it also works for a run that was resumed in another process.
+    """
+    from PIL import Image, ImageDraw
+
+    images = [Image.open(left).convert("RGB"), Image.open(right).convert("RGB")]
+    header, gap = 24, 16
+    width = images[0].width + gap + images[1].width
+    canvas = Image.new("RGB", (width, header + max(i.height for i in images)), "white")
+    draw = ImageDraw.Draw(canvas)
+    x = 0
+    for image, title in zip(images, titles, strict=True):
+        draw.text((x + image.width // 2 - 3 * len(title), 6), title, fill="black")
+        canvas.paste(image, (x, header))
+        x += image.width + gap
+    canvas.save(path)
+
+
 def _to_pil(image: torch.Tensor) -> Any:
     from PIL import Image
 

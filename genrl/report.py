@@ -9,7 +9,7 @@ from typing import Any
 
 from genrl.evaluation import EvalResult
 from genrl.metrics import read_metrics
-from genrl.plots import save_reward_curve, save_sample_grid
+from genrl.plots import save_reward_curve, save_sample_grid, save_side_by_side
 
 
 class RunReport:
@@ -37,6 +37,17 @@ class RunReport:
     def finish(self, after: EvalResult, wall_seconds: float) -> dict[str, Any]:
         t = self.trainer
         self.samples(after, "samples_after.png")
+        before_png = self.run_dir / "samples_before.png"
+        if before_png.is_file():
+            save_side_by_side(
+                before_png,
+                self.run_dir / "samples_after.png",
+                self.run_dir / "samples_before_after.png",
+                (
+                    f"before (held-out {t.eval_history['before']['reward']:.3f})",
+                    f"after (held-out {after.reward:.3f})",
+                ),
+            )
         before = t.eval_history["before"]
         save_reward_curve(
             read_metrics(self.run_dir / "metrics.jsonl"),
