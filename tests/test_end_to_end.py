@@ -39,7 +39,7 @@ def test_default_job_raises_heldout_reward(run_dir: Path) -> None:
 
 def test_run_directory_contents(run_dir: Path) -> None:
     for name in ("config.json", "metrics.jsonl", "summary.json", "reward_curve.png",
-                 "samples_before.png", "samples_after.png"):  # fmt: skip
+                 "samples_before.png", "samples_after.png", "samples_before_after.png"):  # fmt: skip
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert list((run_dir / "checkpoints").glob("iter_000020/trainable.safetensors"))
