@@ -48,23 +48,30 @@ def group_advantages(
         raise ValueError(
             f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]"
         )
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    num_groups = counts.numel()
-    sums = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
-        0, inverse, rewards
-    )
-    means = sums / counts
+    means, group_std, inverse = group_moments(rewards, group_ids)
     centred = rewards - means[inverse]
     if std_mode == "none":
         return centred
     if std_mode == "global":
         std = rewards.std(unbiased=False)
         return centred / (std + eps)
-    sq = torch.zeros(num_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
-        0, inverse, centred.square()
-    )
-    group_std = torch.sqrt(sq / counts)
     return centred / (group_std[inverse] + eps)
+
+
+def group_moments(
+    values: torch.Tensor, group_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group mean and population std of ``values`` ``[N]``, without a Python loop.
+
+    Returns:
+        ``means [G]``, ``stds [G]`` and ``inverse [N]`` (each sample's group index into them).
+    """
+    values = values.float()
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    zeros = torch.zeros(counts.numel(), dtype=values.dtype, device=values.device)
+    means = zeros.index_add(0, inverse, values) / counts
+    variances = zeros.index_add(0, inverse, (values - means[inverse]).square()) / counts
+    return means, variances.sqrt(), inverse
 
 
 def clip_advantages(advantages: torch.Tensor, max_abs: float | None) -> torch.Tensor:

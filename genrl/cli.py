@@ -162,19 +162,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    import torch
-
-    from genrl.evaluation import sample_ode
+    from genrl.evaluation import fixed_seed_batch, sample_ode
     from genrl.plots import save_sample_grid
 
     trainer = _trainer_for(args)
     prompts = args.prompt or trainer.prompts.eval
-    n = len(prompts) * args.num_per_prompt
-    order = [prompts[i % len(prompts)] for i in range(n)]
     policy, cfg = trainer.policy, trainer.config
-    noise = torch.randn(
-        (n, *policy.latent_shape), generator=torch.Generator().manual_seed(args.seed)
-    )
+    order, noise = fixed_seed_batch(prompts, args.num_per_prompt, policy.latent_shape, args.seed)
+    n = len(order)
     # Sample with the weights `genrl eval` scores: the EMA when the run keeps one.
     ema = trainer.ema.swapped_in() if trainer.ema is not None else contextlib.nullcontext()
     with ema:

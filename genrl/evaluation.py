@@ -50,6 +50,17 @@ def sample_ode(
     return x
 
 
+def fixed_seed_batch(
+    prompts: list[str], per_prompt: int, latent_shape: tuple[int, ...], seed: int
+) -> tuple[list[str], torch.Tensor]:
+    """The held-out layout: ``P * S`` prompts (sample ``i`` gets ``prompts[i % P]``) and their
+    initial noise ``randn(P * S, *latent_shape, generator=manual_seed(seed))``."""
+    n = len(prompts) * per_prompt
+    order = [prompts[i % len(prompts)] for i in range(n)]
+    noise = torch.randn((n, *latent_shape), generator=torch.Generator().manual_seed(seed))
+    return order, noise
+
+
 @torch.no_grad()
 def evaluate(
     policy: Any,
@@ -69,9 +80,8 @@ def evaluate(
     embedded assets: initial noise ``randn(P * S, *event, generator=manual_seed(seed))`` and
     sample ``i`` conditioned on ``prompts[i % P]``.
     """
-    n = len(prompts) * samples_per_prompt
-    all_prompts = [prompts[i % len(prompts)] for i in range(n)]
-    noise = torch.randn((n, *policy.latent_shape), generator=torch.Generator().manual_seed(seed))
+    all_prompts, noise = fixed_seed_batch(prompts, samples_per_prompt, policy.latent_shape, seed)
+    n = len(all_prompts)
     images, score_chunks = [], []
     for start in range(0, n, batch_size):
         chunk = all_prompts[start : start + batch_size]

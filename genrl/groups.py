@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from genrl.advantages import group_moments
+
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
@@ -58,13 +60,5 @@ def gather_scores(
 
 def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> dict[str, float]:
     """Mean within-group std and the number of groups, for logging."""
-    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = counts.numel()
-    means = torch.zeros(n, device=values.device).index_add_(0, inverse, values.float()) / counts
-    var = (
-        torch.zeros(n, device=values.device).index_add_(
-            0, inverse, (values.float() - means[inverse]).square()
-        )
-        / counts
-    )
-    return {"group_std_mean": float(var.sqrt().mean()), "num_groups": float(n)}
+    _, stds, _ = group_moments(values, group_ids)
+    return {"group_std_mean": float(stds.mean()), "num_groups": float(stds.numel())}
