@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--out", default="samples.png", help="output PNG")
 
+    export = sub.add_parser(
+        "export", help="save a checkpoint's weights in the model's own format (diffusers LoRA)"
+    )
+    _add_config_args(export)
+    export.add_argument("--checkpoint", required=True, help="run or checkpoint directory")
+    export.add_argument("--out", required=True, help="output directory")
+
     sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
     return parser
 
@@ -185,6 +192,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    trainer = _trainer_for(args)
+    out = trainer.export(Path(args.out))
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     del args
     from genrl.algorithms import ALGORITHMS
@@ -215,7 +229,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sample": cmd_sample, "list": cmd_list}
+_COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "sample": cmd_sample,
+    "export": cmd_export,
+    "list": cmd_list,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

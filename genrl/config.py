@@ -28,20 +28,52 @@ class PolicyConfig:
     """LoRA scaling numerator; 0 means ``2 * lora_rank`` (Flow-GRPO: r 32, alpha 64)."""
     lora_target_modules: list[str] | None = None
     """Module names LoRA wraps; None uses the adapter's default (attention/linear projections)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Storage dtype of the frozen weights (base model, text encoders, VAE); trainable parameters
+    stay float32. Anything but float32 needs ``train.mixed_precision`` (autocast)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
+    kwargs: dict = field(default_factory=dict)
+    """Adapter-specific settings, e.g. ``{"height": 512, "width": 512}`` for diffusers models
+    (``genrl list`` names each adapter; its docstring lists the keys)."""
 
 
 @dataclass
 class SamplerConfig:
+    name: str = "flow_sde"
+    """Stochastic sampler (registry ``samplers.SAMPLERS``): ``flow_sde`` (Flow-GRPO),
+    ``dance_sde`` (DanceGRPO, constant diffusion) or ``flow_cps`` (coefficients-preserving)."""
     num_steps: int = 10
     """Sampling steps in rollouts (Flow-GRPO: 10)."""
-    shift: float = 1.0
-    """SD3 time shift of the sigma schedule (1 = linear)."""
+    shift: float | None = None
+    """SD3 time shift of a linear sigma schedule; None uses the model's own scheduler exactly as
+    its diffusers pipeline does (the embedded model: linear, shift 1)."""
     noise_level: float = 0.7
-    """``a`` in the SDE's ``sigma_s = a*sqrt(s/(1-s))`` (Flow-GRPO: 0.7)."""
+    """Noise of the stochastic sampler: ``a`` in Flow-GRPO's ``sigma_s = a*sqrt(s/(1-s))``
+    (0.7), DanceGRPO's constant ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
     log_prob_reduction: Literal["mean", "sum"] = "mean"
     """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
     guidance_scale: float = 1.0
     """Classifier-free guidance in rollouts and training; 1 disables CFG (single forward)."""
+    sde_window_size: int = 0
+    """Stochastic steps per trajectory; 0 makes every step stochastic (Flow-GRPO). With ``k > 0``
+    only a window of ``k`` consecutive steps is stochastic (and trained); the others are ODE
+    steps (Flow-GRPO-Fast: 2-3; MixGRPO: 4)."""
+    sde_window_schedule: Literal["random", "progressive"] = "random"
+    """Where the window sits: ``random`` draws its start each iteration from
+    ``sde_window_range`` (Flow-GRPO-Fast, MixGRPO-random); ``progressive`` slides it from the
+    first step towards the last by ``sde_window_stride`` every ``sde_window_shift_every``
+    iterations (MixGRPO)."""
+    sde_window_range: list[int] | None = None
+    """``[first, last]`` allowed window starts for ``random``; None allows every start."""
+    sde_window_stride: int = 1
+    """Steps the progressive window advances per shift."""
+    sde_window_shift_every: int = 25
+    """Iterations between shifts of the progressive window."""
+    same_initial_noise: bool = False
+    """Every sample of a group starts from the same noise. With a window that starts after
+    step 0 the ODE prefix is then identical within a group and computed once per prompt
+    (Flow-GRPO-Fast's branching)."""
 
 
 @dataclass
@@ -204,8 +236,14 @@ class TrainConfig:
             )
         if s.noise_level < 0:
             raise ConfigError(f"sampler.noise_level must be >= 0, got {s.noise_level}")
-        if s.shift <= 0:
-            raise ConfigError(f"sampler.shift must be positive, got {s.shift}")
+        if s.shift is not None and s.shift <= 0:
+            raise ConfigError(f"sampler.shift must be positive or none, got {s.shift}")
+        self._validate_window()
+        if self.policy.dtype != "float32" and t.mixed_precision == "no":
+            raise ConfigError(
+                f"policy.dtype={self.policy.dtype} needs train.mixed_precision=bf16 or fp16: "
+                "float32 LoRA weights on low-precision base layers only mix under autocast"
+            )
         if s.guidance_scale < 1:
             raise ConfigError(
                 f"sampler.guidance_scale must be >= 1 (1 = no CFG), got {s.guidance_scale}"
@@ -216,6 +254,16 @@ class TrainConfig:
             raise ConfigError("reward: at least one reward model is needed")
         from pipelines import POLICIES
         from reward_models import REWARDS
+        from samplers import SAMPLERS
+
+        if s.name not in SAMPLERS:
+            raise ConfigError(unknown_message(s.name, list(SAMPLERS), "sampler.name", value=True))
+        if not getattr(SAMPLERS[s.name], "stochastic", False):
+            stochastic = [n for n, c in SAMPLERS.items() if getattr(c, "stochastic", False)]
+            raise ConfigError(
+                f"sampler.name={s.name!r} is deterministic; rollouts need a stochastic sampler "
+                f"({', '.join(stochastic)}); sde_window_size limits where it is used"
+            )
 
         if self.policy.name not in POLICIES:
             raise ConfigError(
@@ -237,6 +285,24 @@ class TrainConfig:
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
             )
         self.algorithm.validate(self)
+
+    def _validate_window(self) -> None:
+        s = self.sampler
+        if s.sde_window_size < 0 or s.sde_window_size > s.num_steps:
+            raise ConfigError(
+                f"sampler.sde_window_size must lie in [0, sampler.num_steps={s.num_steps}], "
+                f"got {s.sde_window_size}"
+            )
+        if s.sde_window_stride < 1 or s.sde_window_shift_every < 1:
+            raise ConfigError("sampler.sde_window_stride and sde_window_shift_every must be >= 1")
+        if s.sde_window_range is not None:
+            last_start = s.num_steps - max(s.sde_window_size, 1)
+            r = s.sde_window_range
+            if len(r) != 2 or not 0 <= r[0] <= r[1] <= last_start:
+                raise ConfigError(
+                    f"sampler.sde_window_range must be [first, last] with "
+                    f"0 <= first <= last <= {last_start} (num_steps - sde_window_size), got {r}"
+                )
 
 
 def algorithm_config(name: str) -> AlgorithmConfig:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from samplers import FlowODESampler, flow_sigmas
+from samplers import FlowODESampler
 
 
 @dataclass
@@ -35,11 +35,12 @@ def sample_ode(
     prompts: list[str],
     noise: torch.Tensor,
     num_steps: int,
-    shift: float = 1.0,
+    shift: float | None = None,
     guidance_scale: float = 1.0,
 ) -> torch.Tensor:
-    """Deterministic Euler-ODE samples ``[N, *event]`` from initial noise ``[N, *event]``."""
-    sampler = FlowODESampler(flow_sigmas(num_steps, shift))
+    """Deterministic Euler-ODE samples ``[N, *event]`` from initial noise ``[N, *event]``, on the
+    policy's noise schedule (``shift=None``: the model's own scheduler)."""
+    sampler = FlowODESampler(policy.sigma_schedule(num_steps, shift))
     condition = policy.encode_prompts(prompts)
     x = noise.float().to(policy.device)
     sigmas = sampler.sigmas.to(x.device)
@@ -70,7 +71,7 @@ def evaluate(
     samples_per_prompt: int,
     seed: int,
     num_steps: int,
-    shift: float = 1.0,
+    shift: float | None = None,
     guidance_scale: float = 1.0,
     batch_size: int = 256,
 ) -> EvalResult:

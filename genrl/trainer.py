@@ -84,7 +84,14 @@ class Trainer:
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
         p = config.policy
-        self.policy = _build(build_policy, p.name, "policy", pretrained=p.pretrained)
+        self.policy = _build(
+            build_policy,
+            p.name,
+            "policy",
+            pretrained=p.pretrained,
+            **_policy_options(p),
+            **p.kwargs,
+        )
         # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
         # RNG of the caller untouched.
         with torch.random.fork_rng(devices=[]):
@@ -97,6 +104,7 @@ class Trainer:
             ]
         )
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
+        self.algorithm.setup(self.policy)
         self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
 
         t = config.train
@@ -214,6 +222,18 @@ class Trainer:
                 shift=cfg.sampler.shift,
                 guidance_scale=cfg.sampler.guidance_scale,
             )
+
+    def export(self, directory: Path) -> Path | None:
+        """Save the trained weights in the model ecosystem's own format (e.g. diffusers LoRA
+        weights) on the main process; the EMA weights when the run keeps an EMA, since those
+        are what the held-out evaluation scores."""
+        path = None
+        if self.is_main:
+            context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+            with context:
+                path = self.policy.export(directory)
+        self.accelerator.wait_for_everyone()
+        return path
 
     def state(self) -> dict[str, Any]:
         return {
@@ -333,6 +353,7 @@ class Trainer:
             )
         summary: dict[str, Any] = {}
         if self.iteration >= cfg.train.iterations and not interrupted:
+            self.export(self.run_dir / "export")
             after = self.evaluate()
             self.eval_history["after"] = _eval_record(after)
             if writer is not None:
@@ -354,6 +375,17 @@ def _build(factory: Any, name: str, field: str, **kwargs: Any) -> Any:
         if "argument" not in str(err):
             raise
         raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
+
+
+def _policy_options(p: Any) -> dict[str, Any]:
+    """Generic policy settings, passed only when they differ from the default so that adapters
+    without them (the embedded toy) still build."""
+    options: dict[str, Any] = {}
+    if p.dtype != "float32":
+        options["dtype"] = p.dtype
+    if p.gradient_checkpointing:
+        options["gradient_checkpointing"] = True
+    return options
 
 
 def _eval_record(result: EvalResult) -> dict[str, Any]:

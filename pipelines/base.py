@@ -11,6 +11,7 @@ import abc
 import contextlib
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -59,6 +60,29 @@ class FlowPolicy(abc.ABC):
         """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
 
     # -- shared ---------------------------------------------------------------------------------
+    def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
+        """``[num_steps + 1]`` noise levels from 1 down to 0 for sampling.
+
+        ``shift=None`` means the model's own schedule; the base class has a linear one (shift
+        1). Adapters of real models override this to reproduce their pipeline's scheduler.
+        """
+        from samplers.schedules import flow_sigmas
+
+        return flow_sigmas(num_steps, 1.0 if shift is None else shift)
+
+    def export(self, directory: str | Path) -> Path:
+        """Save the trained weights for use outside genrl; returns the directory.
+
+        The base class writes the trainable parameters as one safetensors file; real-model
+        adapters save in their ecosystem's format (e.g. diffusers LoRA weights).
+        """
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file(self.trainable_state_dict(), str(directory / "trainable.safetensors"))
+        return directory
+
     @property
     def device(self) -> torch.device:
         """Where the network's parameters live (inputs are moved there)."""
@@ -85,7 +109,8 @@ class FlowPolicy(abc.ABC):
             torch.cat([sigma, sigma]),
             cat_conditions(condition, self.null_condition(condition)),
         )
-        cond, uncond = both.chunk(2)
+        # Guidance is combined in float32 so that a bf16 forward does not round the difference.
+        cond, uncond = both.float().chunk(2)
         uncond = uncond.detach()
         return uncond + guidance_scale * (cond - uncond)
 

@@ -1,4 +1,4 @@
-"""Shared pieces of every sampler: the step output type and the Gaussian log-density."""
+"""Shared pieces of every sampler: the step output type, the Gaussian log-density, sigma checks."""
 
 from __future__ import annotations
 
@@ -68,3 +68,18 @@ def per_sample(value: torch.Tensor | float | int, like: torch.Tensor) -> torch.T
             f"per-sample value has {value.shape[0]} entries but the batch has {like.shape[0]}"
         )
     return value.reshape(-1, *([1] * (like.ndim - 1)))
+
+
+def check_sigmas(sigmas: torch.Tensor) -> torch.Tensor:
+    """Validate a noise schedule and return it as float32: 1-D, at least 2 levels, strictly
+    decreasing, inside [0, 1]."""
+    sigmas = torch.as_tensor(sigmas, dtype=torch.float32)
+    if sigmas.ndim != 1 or sigmas.numel() < 2:
+        raise ValueError(
+            f"sigmas must be a 1-D tensor of at least 2 levels, got {tuple(sigmas.shape)}"
+        )
+    if not bool((sigmas[1:] < sigmas[:-1]).all()):
+        raise ValueError("sigmas must be strictly decreasing (noise level goes from 1 towards 0)")
+    if float(sigmas[0]) > 1.0 or float(sigmas[-1]) < 0.0:
+        raise ValueError("sigmas must lie in [0, 1]")
+    return sigmas

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from samplers.base import StepOutput, per_sample
+from samplers.base import StepOutput, check_sigmas, per_sample
 
 
 class FlowODESampler:
@@ -23,11 +23,16 @@ class FlowODESampler:
     stochastic = False
 
     def __init__(self, sigmas: torch.Tensor) -> None:
-        self.sigmas = _check_sigmas(sigmas)
+        self.sigmas = check_sigmas(sigmas)
 
     @property
     def num_steps(self) -> int:
         return self.sigmas.numel() - 1
+
+    @property
+    def stochastic_steps(self) -> torch.Tensor:
+        """``[T]`` bool, all False: no ODE step has a density to train on."""
+        return torch.zeros(self.num_steps, dtype=torch.bool, device=self.sigmas.device)
 
     def step(
         self,
@@ -50,19 +55,6 @@ class FlowODESampler:
             mean=mean,
             std=zeros,
         )
-
-
-def _check_sigmas(sigmas: torch.Tensor) -> torch.Tensor:
-    sigmas = torch.as_tensor(sigmas, dtype=torch.float32)
-    if sigmas.ndim != 1 or sigmas.numel() < 2:
-        raise ValueError(
-            f"sigmas must be a 1-D tensor of at least 2 levels, got {tuple(sigmas.shape)}"
-        )
-    if not bool((sigmas[1:] < sigmas[:-1]).all()):
-        raise ValueError("sigmas must be strictly decreasing (noise level goes from 1 towards 0)")
-    if float(sigmas[0]) > 1.0 or float(sigmas[-1]) < 0.0:
-        raise ValueError("sigmas must lie in [0, 1]")
-    return sigmas
 
 
 def _sigma_pair(

@@ -1,7 +1,8 @@
-"""Tests of the flow samplers: schedules, the Euler ODE step and Flow-GRPO's SDE step.
+"""Tests of the flow samplers: schedules, the Euler ODE step and the Gaussian steps (Flow-GRPO SDE,
+DanceGRPO SDE, coefficients-preserving sampling).
 
 Expected numbers are worked out by hand in the comments; diffusers' scheduler is the reference for
-the ODE step.
+the ODE step. Properties every Gaussian sampler must have are parametrized over all three.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from hypothesis import strategies as st
 from samplers import (
     LOG_PROB_REDUCTIONS,
     SAMPLERS,
+    DanceSDESampler,
+    FlowCPSSampler,
     FlowODESampler,
     FlowSDESampler,
+    GaussianFlowSampler,
     StepOutput,
     flow_sigmas,
     gaussian_log_prob,
@@ -27,6 +31,11 @@ from samplers import (
 from samplers.base import per_sample, reduce_event
 
 HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)  # 0.9189385...
+
+# The Gaussian samplers and the largest noise level each accepts in the property tests (CPS's
+# noise level is an angle fraction in [0, 1]; the SDEs' is an unbounded scale).
+STOCHASTIC = [FlowSDESampler, DanceSDESampler, FlowCPSSampler]
+MAX_NOISE = {FlowSDESampler: 1.5, DanceSDESampler: 1.5, FlowCPSSampler: 1.0}
 
 
 def _trajectory(sampler, batch, event, seed):
@@ -125,10 +134,13 @@ def test_reduce_event_and_per_sample():
 
 
 def test_registry_and_reductions():
-    assert set(SAMPLERS) == {"flow_ode", "flow_sde"}
+    assert set(SAMPLERS) == {"flow_ode", "flow_sde", "dance_sde", "flow_cps"}
     assert SAMPLERS["flow_ode"] is FlowODESampler and SAMPLERS["flow_sde"] is FlowSDESampler
+    assert SAMPLERS["dance_sde"] is DanceSDESampler and SAMPLERS["flow_cps"] is FlowCPSSampler
     assert LOG_PROB_REDUCTIONS == ("mean", "sum")
-    assert FlowSDESampler.stochastic and not FlowODESampler.stochastic
+    assert not FlowODESampler.stochastic
+    for cls in STOCHASTIC:
+        assert cls.stochastic and issubclass(cls, GaussianFlowSampler)
 
 
 # ---------------------------------------------------------------- ODE step
@@ -258,8 +270,167 @@ def test_sde_last_step_to_zero_by_hand():
     torch.testing.assert_close(out.std, torch.tensor([0.1443376]), rtol=0, atol=1e-6)
 
 
-def test_sde_noise_argument_and_generator_reproducibility():
-    sde = FlowSDESampler(flow_sigmas(5), noise_level=0.7)
+# ---------------------------------------------------------------- DanceGRPO step: hand-computed
+
+
+def test_dance_sde_step_by_hand():
+    # sigmas [1, .75, .5, .25, 0], eta = 0.3, step 1: s = 0.75, s_next = 0.5, dt = -0.25. The
+    # expected mean is computed the way DanceGRPO's flux_step does, in plain floats:
+    # x0_hat = x - s v = [1 - 1.5, -2 - 0.375] = [-0.5, -2.375];
+    # score = -(x - (1 - s) x0_hat) / s^2 = [-1.125, 1.40625] / 0.5625 = [-2.0, 2.5];
+    # mean = x + v dt - eta^2 / 2 * score * dt = [0.5 - 0.0225, -2.125 + 0.028125].
+    s, s_next, eta = 0.75, 0.5, 0.3
+    dt = s_next - s
+    x, v = [1.0, -2.0], [2.0, 0.5]
+    expected_mean = []
+    for xi, vi in zip(x, v, strict=True):
+        x0_hat = xi - s * vi
+        score = -(xi - x0_hat * (1 - s)) / s**2
+        expected_mean.append(xi + vi * dt - 0.5 * eta**2 * score * dt)
+    assert expected_mean == pytest.approx([0.4775, -2.096875], abs=1e-12)
+    expected_std = eta * math.sqrt(-dt)  # 0.3 * 0.5 = 0.15
+    # z = +-1 per element: log N = -0.5 - log 0.15 - 0.9189385 = -0.5 + 1.8971200 - 0.9189385.
+    expected_log_prob = -0.5 - math.log(expected_std) - HALF_LOG_TWO_PI
+    assert expected_log_prob == pytest.approx(0.4781815, abs=1e-6)
+
+    noise = torch.tensor([[1.0, -1.0]])
+    out = DanceSDESampler(flow_sigmas(4), noise_level=0.3).step(
+        torch.tensor([v]), 1, torch.tensor([x]), noise=noise
+    )
+    torch.testing.assert_close(out.mean, torch.tensor([expected_mean]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.std, torch.tensor([expected_std]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.prev_sample, out.mean + expected_std * noise)
+    assert out.log_prob.item() == pytest.approx(expected_log_prob, abs=1e-5)
+    summed = DanceSDESampler(flow_sigmas(4), 0.3, "sum").step(
+        torch.tensor([v]), 1, torch.tensor([x]), noise=noise
+    )
+    assert summed.log_prob.item() == pytest.approx(2 * expected_log_prob, abs=1e-5)
+
+    # Step 0 (s = 1) needs no special case: the (1 - s) v term vanishes and eta stays finite.
+    # x coefficient 1 + 0.09 / 2 * (-0.25) = 0.98875; mean = 0.98875 * 1 + 2 * (-0.25) = 0.48875.
+    first = DanceSDESampler(flow_sigmas(4), noise_level=0.3).step(
+        torch.tensor([[2.0]]), 0, torch.tensor([[1.0]]), noise=torch.zeros(1, 1)
+    )
+    torch.testing.assert_close(first.mean, torch.tensor([[0.48875]]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("shift", [1.0, 3.0])
+def test_dance_sde_equals_flow_sde_where_the_diffusion_coefficients_agree(shift):
+    # Both are Euler-Maruyama steps of one SDE; only the diffusion coefficient differs. Where
+    # Flow-GRPO's a * sqrt(s / (1 - s)) equals DanceGRPO's constant eta, the steps are identical.
+    sigmas = flow_sigmas(6, shift)
+    flow = FlowSDESampler(sigmas, noise_level=0.7)
+    diffusion = flow.diffusion_coefficient(sigmas[:-1])
+    gen = torch.Generator().manual_seed(7)
+    x, v, noise = (torch.randn(2, 3, 4, generator=gen) for _ in range(3))
+    for i in range(flow.num_steps):  # includes s = 1, where Flow-GRPO uses sigmas[1] in 1 - s
+        dance = DanceSDESampler(sigmas, noise_level=float(diffusion[i]))
+        expected, got = flow.step(v, i, x, noise=noise), dance.step(v, i, x, noise=noise)
+        for field in ("prev_sample", "log_prob", "mean", "std"):
+            assert torch.equal(getattr(got, field), getattr(expected, field))
+    # At s = 1/2, sqrt(s / (1 - s)) = 1, so eta = a: the hand-computed Flow-GRPO mean -0.49 above.
+    half = DanceSDESampler(torch.tensor([1.0, 0.5, 0.0]), noise_level=0.7)
+    mean = half.step(torch.full((1, 2), 2.0), 1, torch.ones(1, 2)).mean
+    torch.testing.assert_close(mean, torch.full((1, 2), -0.49), rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- CPS step: hand-computed
+
+
+def test_cps_step_by_hand():
+    # sigmas [1, .75, .5, .25, 0], a = 0.5, step 1: s = 0.75, s_next = 0.5.
+    # x0_hat = x - s v = [-0.5, -2.375]; eps_hat = x + (1 - s) v = [1.5, -1.875];
+    # std = 0.5 * sin(pi / 4) = 0.3535534; sqrt(s_next^2 - std^2) = sqrt(0.125) = 0.3535534;
+    # mean = 0.5 * x0_hat + 0.3535534 * eps_hat = [-0.25 + 0.5303301, -1.1875 - 0.6629126].
+    s, s_next, a = 0.75, 0.5, 0.5
+    x, v = [1.0, -2.0], [2.0, 0.5]
+    expected_std = s_next * math.sin(a * math.pi / 2)
+    eps_weight = math.sqrt(s_next**2 - expected_std**2)
+    expected_mean = [
+        (xi - s * vi) * (1 - s_next) + (xi + (1 - s) * vi) * eps_weight
+        for xi, vi in zip(x, v, strict=True)
+    ]
+    assert expected_mean == pytest.approx([0.2803301, -1.8504126], abs=1e-6)
+    assert expected_std == pytest.approx(0.3535534, abs=1e-6)
+    # z = +-1: log N = -0.5 - log 0.3535534 - 0.9189385 = -0.5 + 1.0397208 - 0.9189385.
+    expected_log_prob = -0.5 - math.log(expected_std) - HALF_LOG_TWO_PI
+    assert expected_log_prob == pytest.approx(-0.3792177, abs=1e-6)
+
+    noise = torch.tensor([[1.0, -1.0]])
+    for reduction, elements in (("mean", 1), ("sum", 2)):
+        cps = FlowCPSSampler(flow_sigmas(4), noise_level=0.5, log_prob_reduction=reduction)
+        out = cps.step(torch.tensor([v]), 1, torch.tensor([x]), noise=noise)
+        torch.testing.assert_close(out.mean, torch.tensor([expected_mean]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(out.std, torch.tensor([expected_std]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(out.prev_sample, out.mean + expected_std * noise)
+        assert out.log_prob.item() == pytest.approx(elements * expected_log_prob, abs=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cps_last_step_is_deterministic_with_zero_log_prob(reduction):
+    # Step 3 of flow_sigmas(4): s = 0.25 -> s_next = 0, so std = 0 * sin(0.4 pi) = 0 and the mean
+    # is x0_hat = x - 0.25 v = [1 - 0.5, -2 - 0.125] = [0.5, -2.125], whatever the noise.
+    cps = FlowCPSSampler(flow_sigmas(4), noise_level=0.8, log_prob_reduction=reduction)
+    x, v = torch.tensor([[1.0, -2.0]]), torch.tensor([[2.0, 0.5]])
+    out = cps.step(v, 3, x, noise=torch.tensor([[5.0, -7.0]]))
+    assert torch.equal(out.mean, torch.tensor([[0.5, -2.125]]))
+    assert torch.equal(out.prev_sample, out.mean)
+    assert torch.equal(out.std, torch.zeros(1)) and torch.equal(out.log_prob, torch.zeros(1))
+    # No density to score: any given state gets exactly 0, never NaN.
+    other = cps.step(v, 3, x, prev_sample=torch.tensor([[9.0, 9.0]]))
+    assert torch.equal(other.log_prob, torch.zeros(1))
+    assert cps.stochastic_steps.tolist() == [True, True, True, False]
+
+    # Per-sample indices mixing the deterministic step with random ones (as training does).
+    index = torch.tensor([3, 1, 3, 0])
+    gen = torch.Generator().manual_seed(2)
+    xs, vs = torch.randn(4, 2, 3, generator=gen), torch.randn(4, 2, 3, generator=gen)
+    drawn = cps.step(vs, index, xs, generator=gen)
+    v_param = vs.clone().requires_grad_(True)
+    rescored = cps.step(v_param, index, xs, prev_sample=drawn.prev_sample)
+    assert torch.equal(rescored.log_prob, drawn.log_prob)
+    assert (rescored.log_prob == 0).tolist() == [True, False, True, False]
+    moved = cps.step(vs, index, xs, prev_sample=drawn.prev_sample + 1)  # off the point mass too
+    assert (moved.log_prob == 0).tolist() == [True, False, True, False]
+    rescored.log_prob.sum().backward()
+    assert torch.isfinite(v_param.grad).all()
+    assert v_param.grad[[0, 2]].abs().sum() == 0 and v_param.grad[[1, 3]].abs().sum() > 0
+    for b, i in enumerate(index.tolist()):
+        single = cps.step(vs[b : b + 1], i, xs[b : b + 1], prev_sample=drawn.prev_sample[b : b + 1])
+        assert torch.equal(single.log_prob, drawn.log_prob[b : b + 1])
+
+
+def test_cps_draws_match_the_formulas_and_preserve_the_noise_coefficient():
+    n = 40_000
+    gen = torch.Generator().manual_seed(0)
+    cps = FlowCPSSampler(flow_sigmas(4), noise_level=0.5)
+    # Step 1 with x = 1, v = 2: mean 0.2803301 and std 0.3535534 (see test_cps_step_by_hand).
+    s, s_next = 0.75, 0.5
+    std = s_next * math.sin(math.pi / 4)
+    mean = (1 - s * 2) * (1 - s_next) + (1 + (1 - s) * 2) * math.sqrt(s_next**2 - std**2)
+    draws = cps.step(torch.full((1, n), 2.0), 1, torch.ones(1, n), generator=gen).prev_sample
+    # Standard error of the mean is std / sqrt(n) = std / 200; allow 5 of them.
+    assert abs(draws.mean().item() - mean) < 5 * std / 200
+    assert draws.std().item() == pytest.approx(std, rel=0.02)
+
+    # The paper's point: with the exact velocity v = eps - x0 of x_s = (1 - s) x0 + s eps, a step
+    # lands on (1 - s_next) x0 + s_next * (unit Gaussian): over draws of eps and of the step's
+    # noise, mean (1 - 0.5) * 2 = 1 and std exactly s_next = 0.5, for any a.
+    x0 = 2.0
+    eps = torch.randn(1, n, generator=gen)
+    for a in (0.3, 1.0):
+        step = FlowCPSSampler(flow_sigmas(4), noise_level=a).step
+        x_next = step(eps - x0, 1, (1 - s) * x0 + s * eps, generator=gen).prev_sample
+        assert abs(x_next.mean().item() - (1 - s_next) * x0) < 5 * s_next / 200
+        assert x_next.std().item() == pytest.approx(s_next, rel=0.02)
+
+
+# ---------------------------------------------------------------- every Gaussian sampler
+
+
+@pytest.mark.parametrize("cls", STOCHASTIC)
+def test_sde_noise_argument_and_generator_reproducibility(cls):
+    sde = cls(flow_sigmas(5), noise_level=0.7)
     gen = torch.Generator().manual_seed(3)
     x, v = torch.randn(2, 3, 4, generator=gen), torch.randn(2, 3, 4, generator=gen)
     noise = torch.randn(2, 3, 4, generator=gen)
@@ -272,13 +443,28 @@ def test_sde_noise_argument_and_generator_reproducibility():
     assert out.prev_sample.dtype == torch.float32
 
 
-# ---------------------------------------------------------------- SDE re-scoring
+@pytest.mark.parametrize("cls", STOCHASTIC)
+def test_stochastic_steps_mark_the_steps_with_positive_std(cls):
+    sampler = cls(flow_sigmas(4))
+    steps = sampler.stochastic_steps
+    assert steps.dtype == torch.bool and steps.shape == (4,)
+    # Only CPS has a zero std at the last step (s_next = 0); the SDEs keep eta * sqrt(-dt) there.
+    assert steps.tolist() == [True, True, True, cls is not FlowCPSSampler]
+    x = torch.zeros(4, 2)
+    assert torch.equal(sampler.step(x, torch.arange(4), x).std > 0, steps)
+    assert not cls(flow_sigmas(4), noise_level=0.0).stochastic_steps.any()
+    assert cls(torch.tensor([1.0, 0.5, 0.1])).stochastic_steps.all()  # stops short of 0
+    assert torch.equal(FlowODESampler(flow_sigmas(4)).stochastic_steps, torch.zeros(4, dtype=bool))
 
 
+# ---------------------------------------------------------------- re-scoring
+
+
+@pytest.mark.parametrize("cls", STOCHASTIC)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("shift", [1.0, 3.0])
-def test_sde_rescoring_reproduces_log_prob_int_index(reduction, shift):
-    sde = FlowSDESampler(flow_sigmas(6, shift), noise_level=0.7, log_prob_reduction=reduction)
+def test_sde_rescoring_reproduces_log_prob_int_index(cls, reduction, shift):
+    sde = cls(flow_sigmas(6, shift), noise_level=0.7, log_prob_reduction=reduction)
     states, velocities, nexts, log_probs = _trajectory(sde, batch=3, event=(2, 3, 3), seed=0)
     for i in range(sde.num_steps):  # includes step 0 (s = 1) and the last step (to s = 0)
         out = sde.step(velocities[:, i], i, states[:, i], prev_sample=nexts[:, i])
@@ -287,9 +473,10 @@ def test_sde_rescoring_reproduces_log_prob_int_index(reduction, shift):
         assert torch.isfinite(out.log_prob).all()
 
 
+@pytest.mark.parametrize("cls", STOCHASTIC)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_sde_rescoring_reproduces_log_prob_per_sample_indices(reduction):
-    sde = FlowSDESampler(flow_sigmas(5, 3.0), noise_level=0.9, log_prob_reduction=reduction)
+def test_sde_rescoring_reproduces_log_prob_per_sample_indices(cls, reduction):
+    sde = cls(flow_sigmas(5, 3.0), noise_level=0.9, log_prob_reduction=reduction)
     batch, steps = 4, sde.num_steps
     states, velocities, nexts, log_probs = _trajectory(sde, batch=batch, event=(3, 4), seed=1)
     # Flatten to (sample, step) transitions and shuffle, as training does.
@@ -306,9 +493,10 @@ def test_sde_rescoring_reproduces_log_prob_per_sample_indices(reduction):
     assert torch.isfinite(out.log_prob).all()
 
 
-def test_sde_rescoring_other_velocity_changes_log_prob_and_sum_is_mean_times_size():
-    sde_mean = FlowSDESampler(flow_sigmas(4), log_prob_reduction="mean")
-    sde_sum = FlowSDESampler(flow_sigmas(4), log_prob_reduction="sum")
+@pytest.mark.parametrize("cls", STOCHASTIC)
+def test_sde_rescoring_other_velocity_changes_log_prob_and_sum_is_mean_times_size(cls):
+    sde_mean = cls(flow_sigmas(4), log_prob_reduction="mean")
+    sde_sum = cls(flow_sigmas(4), log_prob_reduction="sum")
     states, velocities, nexts, log_probs = _trajectory(sde_mean, batch=2, event=(5, 6), seed=2)
     summed = sde_sum.step(velocities[:, 1], 1, states[:, 1], prev_sample=nexts[:, 1]).log_prob
     torch.testing.assert_close(summed, 30 * log_probs[:, 1], rtol=1e-5, atol=1e-4)
@@ -316,8 +504,9 @@ def test_sde_rescoring_other_velocity_changes_log_prob_and_sum_is_mean_times_siz
     assert not torch.allclose(moved.log_prob, log_probs[:, 1])
 
 
-def test_sde_log_prob_gradient_flows_through_mean_only():
-    sde = FlowSDESampler(flow_sigmas(4))
+@pytest.mark.parametrize("cls", STOCHASTIC)
+def test_sde_log_prob_gradient_flows_through_mean_only(cls):
+    sde = cls(flow_sigmas(4))
     v = torch.randn(2, 3, requires_grad=True)
     prev = torch.randn(2, 3, requires_grad=True)
     out = sde.step(v, 1, torch.randn(2, 3), prev_sample=prev)
@@ -326,19 +515,20 @@ def test_sde_log_prob_gradient_flows_through_mean_only():
     assert prev.grad is None
 
 
+@pytest.mark.parametrize("cls", STOCHASTIC)
 @settings(max_examples=60, deadline=None, database=None)
 @given(
     batch=st.integers(1, 4),
     event=st.lists(st.integers(1, 5), min_size=1, max_size=3),
     num_steps=st.integers(1, 12),
     shift=st.floats(0.5, 4.0),
-    noise_level=st.floats(0.05, 1.5),
     reduction=st.sampled_from(["mean", "sum"]),
     seed=st.integers(0, 2**31 - 1),
     data=st.data(),
 )
-def test_sde_rescoring_property(batch, event, num_steps, shift, noise_level, reduction, seed, data):
-    sde = FlowSDESampler(flow_sigmas(num_steps, shift), noise_level, reduction)
+def test_sde_rescoring_property(cls, batch, event, num_steps, shift, reduction, seed, data):
+    noise_level = data.draw(st.floats(0.05, MAX_NOISE[cls]))
+    sde = cls(flow_sigmas(num_steps, shift), noise_level, reduction)
     indices = data.draw(st.lists(st.integers(0, num_steps - 1), min_size=batch, max_size=batch))
     index = torch.tensor(indices)
     gen = torch.Generator().manual_seed(seed)
@@ -349,6 +539,7 @@ def test_sde_rescoring_property(batch, event, num_steps, shift, noise_level, red
     assert torch.isfinite(drawn.log_prob).all()
     assert torch.isfinite(drawn.prev_sample).all()
     assert torch.equal(rescored.log_prob, drawn.log_prob)
+    assert torch.equal(drawn.std > 0, sde.stochastic_steps[index])
     # Per-sample indices give what each sample's own int-index step gives.
     for b, i in enumerate(indices):
         single = sde.step(v[b : b + 1], i, x[b : b + 1], prev_sample=drawn.prev_sample[b : b + 1])
@@ -356,13 +547,14 @@ def test_sde_rescoring_property(batch, event, num_steps, shift, noise_level, red
         torch.testing.assert_close(single.mean, drawn.mean[b : b + 1], rtol=1e-6, atol=1e-6)
 
 
-# ---------------------------------------------------------------- SDE with noise 0 = ODE
+# ---------------------------------------------------------------- noise 0 = ODE
 
 
+@pytest.mark.parametrize("cls", STOCHASTIC)
 @pytest.mark.parametrize("shift", [1.0, 3.0])
-def test_sde_with_zero_noise_is_the_ode_step(shift):
+def test_sde_with_zero_noise_is_the_ode_step(cls, shift):
     sigmas = flow_sigmas(5, shift)
-    sde = FlowSDESampler(sigmas, noise_level=0.0)
+    sde = cls(sigmas, noise_level=0.0)
     ode = FlowODESampler(sigmas)
     gen = torch.Generator().manual_seed(4)
     for i in range(5):  # step 0 (s = 1) through the last step (to 0)
@@ -382,12 +574,17 @@ def test_sde_with_zero_noise_is_the_ode_step(shift):
 # ---------------------------------------------------------------- statistics of the draws
 
 
-def test_sde_draws_have_the_stated_mean_and_std():
-    sde = FlowSDESampler(flow_sigmas(4), noise_level=0.7)
+@pytest.mark.parametrize(
+    ("cls", "steps"),
+    # CPS's step 3 is deterministic (to s = 0), so its draws are checked at steps 0-2.
+    [(FlowSDESampler, [0, 1, 3]), (DanceSDESampler, [0, 1, 3]), (FlowCPSSampler, [0, 1, 2])],
+)
+def test_sde_draws_have_the_stated_mean_and_std(cls, steps):
+    sde = cls(flow_sigmas(4), noise_level=0.7)
     n = 40_000
     x = torch.tensor([[0.3], [-1.0], [2.0]]).expand(3, n)
     v = torch.tensor([[1.5], [0.5], [-2.0]]).expand(3, n)
-    out = sde.step(v, torch.tensor([0, 1, 3]), x, generator=torch.Generator().manual_seed(0))
+    out = sde.step(v, torch.tensor(steps), x, generator=torch.Generator().manual_seed(0))
     empirical_mean = out.prev_sample.mean(dim=1)
     empirical_std = out.prev_sample.std(dim=1)
     # Standard error of the mean is std / sqrt(n) = std / 200; allow 5 of them.
@@ -398,7 +595,7 @@ def test_sde_draws_have_the_stated_mean_and_std():
 # ---------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("cls", [FlowODESampler, FlowSDESampler])
+@pytest.mark.parametrize("cls", [FlowODESampler, *STOCHASTIC])
 @pytest.mark.parametrize(
     "sigmas",
     [
@@ -415,7 +612,7 @@ def test_bad_sigmas_raise(cls, sigmas):
         cls(torch.tensor(sigmas))
 
 
-@pytest.mark.parametrize("cls", [FlowODESampler, FlowSDESampler])
+@pytest.mark.parametrize("cls", [FlowODESampler, *STOCHASTIC])
 def test_out_of_range_timestep_index_raises(cls):
     sampler = cls(flow_sigmas(4))
     x = torch.zeros(2, 3)
@@ -424,11 +621,42 @@ def test_out_of_range_timestep_index_raises(cls):
             sampler.step(x, bad, x)
 
 
-def test_sde_constructor_errors():
+@pytest.mark.parametrize("cls", STOCHASTIC)
+def test_sde_constructor_errors(cls):
     with pytest.raises(ValueError, match="log_prob_reduction"):
-        FlowSDESampler(flow_sigmas(4), log_prob_reduction="max")
-    with pytest.raises(ValueError, match="noise_level"):
-        FlowSDESampler(flow_sigmas(4), noise_level=-0.1)
+        cls(flow_sigmas(4), log_prob_reduction="max")
+    for bad in (-0.1, math.nan):
+        with pytest.raises(ValueError, match="noise_level"):
+            cls(flow_sigmas(4), noise_level=bad)
+
+
+def test_cps_noise_level_above_one_raises():
+    with pytest.raises(ValueError, match=r"noise_level must be in \[0, 1\]"):
+        FlowCPSSampler(flow_sigmas(4), noise_level=1.01)
+    FlowCPSSampler(flow_sigmas(4), noise_level=1.0)  # the edge itself is fine
+
+
+def test_gaussian_sampler_checks_the_subclass_table():
+    class WrongShape(GaussianFlowSampler):
+        def _coefficient_table(self, sigma, sigma_next):
+            return torch.zeros(2, sigma.numel())
+
+    class NegativeStd(GaussianFlowSampler):
+        def _coefficient_table(self, sigma, sigma_next):
+            ones = torch.ones_like(sigma)
+            return torch.stack([ones, sigma_next - sigma, -ones])
+
+    with pytest.raises(TypeError, match=r"\[3, 4\]"):
+        WrongShape(flow_sigmas(4), 0.5)
+    with pytest.raises(ValueError, match="negative std"):
+        NegativeStd(flow_sigmas(4), 0.5)
+
+
+def test_step_output_std_does_not_alias_the_coefficient_table():
+    sde = FlowSDESampler(flow_sigmas(4))
+    x = torch.zeros(1, 2)
+    sde.step(x, 1, x).std.zero_()  # a caller editing the output in place
+    assert sde.step(x, 1, x).std.item() > 0
 
 
 def test_per_sample_index_batch_mismatch_raises():

@@ -78,6 +78,20 @@ class RolloutNoise:
         (drawn on the CPU, so the numbers do not depend on the accelerator)."""
         return self._per_sample(torch.randn, tag, event_shape).to(device)
 
+    def randn_per_group(
+        self,
+        tag: int,
+        event_shape: tuple[int, ...],
+        group_ids: torch.Tensor,
+        num_groups: int,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """Standard-normal noise shared by the samples of a group: ``[len(group_ids), *event]``
+        where row ``i`` is the draw of group ``group_ids[i]`` (ids in ``[0, num_groups)``).
+        Drawn for all groups, so it does not depend on how groups are split over processes."""
+        table = torch.randn((num_groups, *event_shape), generator=self.generator(tag))
+        return table[group_ids.cpu()].to(device)
+
     def rand(self, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
         """``[n_local, *shape]`` uniform numbers for stream ``tag`` (CPU)."""
         return self._per_sample(torch.rand, tag, shape)
@@ -95,6 +109,11 @@ class Algorithm(abc.ABC):
     def __init__(self, config: AlgorithmConfig, train_config: TrainConfig) -> None:
         self.config = config
         self.train_config = train_config
+
+    def setup(self, policy: Any) -> None:
+        """Bind to the policy before training (e.g. build samplers on the model's own noise
+        schedule). Called once by the trainer, after the policy is built."""
+        del policy
 
     @abc.abstractmethod
     def collect(

@@ -19,10 +19,10 @@ import torch
 
 from genrl.advantages import PerPromptStatTracker, clip_advantages
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
+from genrl.algorithms.flow_rollout import FlowRollout
 from genrl.losses import ClippedSurrogate, gaussian_mean_kl
 from genrl.overrides import ConfigError
 from genrl.rollout import FlowTrajectory, FlowTransitions
-from samplers import FlowSDESampler, flow_sigmas
 
 
 @dataclass
@@ -92,47 +92,47 @@ class FlowGRPO(Algorithm):
 
     def __init__(self, config: FlowGRPOConfig, train_config: Any) -> None:
         super().__init__(config, train_config)
-        s = train_config.sampler
-        self.sampler = FlowSDESampler(
-            flow_sigmas(s.num_steps, s.shift), s.noise_level, s.log_prob_reduction
-        )
-        self.guidance_scale = s.guidance_scale
         self.surrogate = ClippedSurrogate(config.clip_range, config.clip_range_high)
         self.tracker = PerPromptStatTracker(config.std_mode, config.stat_history)
+        self.rollout: FlowRollout | None = None
+
+    def setup(self, policy: Any) -> None:
+        """Build the samplers on the policy's noise schedule (its pipeline's own scheduler)."""
+        self.rollout = FlowRollout.from_config(self.train_config, policy)
+        if self.rollout.trainable_per_trajectory == 0:
+            raise ConfigError(
+                f"sampler {self.train_config.sampler.name!r} with these settings has no "
+                "stochastic step to train (raise sampler.noise_level or sde_window_size)"
+            )
+
+    @property
+    def sampler(self) -> Any:
+        """The stochastic sampler (available after ``setup``)."""
+        if self.rollout is None:
+            raise RuntimeError("FlowGRPO.setup(policy) must be called before sampling")
+        return self.rollout.sde
+
+    @property
+    def guidance_scale(self) -> float:
+        return self.train_config.sampler.guidance_scale
 
     @property
     def num_train_steps(self) -> int:
-        return max(1, int(self.sampler.num_steps * self.config.timestep_fraction))
+        """Steps trained per trajectory: ``timestep_fraction`` of its stochastic steps."""
+        assert self.rollout is not None
+        trainable = self.rollout.trainable_per_trajectory
+        return max(1, int(trainable * self.config.timestep_fraction))
 
     def num_units(self, num_samples: int) -> int:
         return num_samples * self.num_train_steps
 
-    @torch.no_grad()
     def collect(
         self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowTrajectory:
-        device = policy.device
-        condition = policy.encode_prompts(prompts)
-        sigmas = self.sampler.sigmas.to(device)
-        x = noise.randn(0, policy.latent_shape, device)
-        latents, log_probs = [x], []
-        for i in range(self.sampler.num_steps):
-            v = policy.velocity(x, sigmas[i].expand(len(prompts)), condition, self.guidance_scale)
-            step_noise = noise.randn(i + 1, policy.latent_shape, device)
-            out = self.sampler.step(v, i, x, noise=step_noise)
-            x = out.prev_sample
-            latents.append(x)
-            log_probs.append(out.log_prob)
-        log_probs_t = torch.stack(log_probs, dim=1)
-        return FlowTrajectory(
-            prompts=list(prompts),
-            group_ids=group_ids,
-            condition=condition,
-            latents=torch.stack(latents, dim=1),
-            log_probs=log_probs_t,
-            trainable_steps=torch.ones_like(log_probs_t, dtype=torch.bool),
-            advantages=torch.zeros(len(prompts), device=device),
-        )
+        if self.rollout is None:
+            self.setup(policy)
+        assert self.rollout is not None
+        return self.rollout.collect(policy, prompts, group_ids, noise)
 
     def final_outputs(self, policy: Any, rollout: FlowTrajectory) -> torch.Tensor:
         return policy.decode(rollout.final)
@@ -154,6 +154,12 @@ class FlowGRPO(Algorithm):
         else:  # prefix: sampling order, first trainable steps first
             keys = torch.arange(num_steps, device=device, dtype=torch.float32).expand(n, -1)
         keys = keys + num_steps * (~rollout.trainable_steps).float()
+        available = int(rollout.trainable_steps.sum(dim=1).min()) if n else k
+        if available < k:
+            raise ValueError(
+                f"a trajectory has {available} trainable steps but {k} are to be trained per "
+                "trajectory (the rollout's window and the sampler disagree)"
+            )
         steps = keys.argsort(dim=1)[:, :k]  # [n, k]
         rows = torch.arange(n, device=device).unsqueeze(1).expand(n, k)
         flat_rows, flat_steps = rows.reshape(-1), steps.reshape(-1)

@@ -1,0 +1,157 @@
+"""Rollouts of flow policies with a stochastic window: shared by the flow algorithms.
+
+A trajectory of ``T`` steps runs the deterministic ODE outside a window of stochastic (SDE, CPS,
+...) steps; with no window every step is stochastic (Flow-GRPO). When every sample of a group
+starts from the same noise, the ODE steps before the window are identical within the group, so
+they run once per group and the group branches at the window (Flow-GRPO-Fast).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genrl.algorithms.base import RolloutNoise
+from genrl.rollout import FlowTrajectory
+from samplers import SAMPLERS, FlowODESampler
+from samplers.windows import sde_window_mask, sde_window_start
+
+# Stream tags of RolloutNoise: initial noise 0, step noise 1..T, window position below.
+WINDOW_TAG = 9_000
+
+
+@dataclass
+class FlowRollout:
+    """The samplers and window settings of a flow rollout, built from ``config.sampler`` on the
+    policy's own noise schedule."""
+
+    sde: Any
+    ode: FlowODESampler
+    guidance_scale: float
+    window_size: int
+    window_schedule: str
+    window_range: list[int] | None
+    window_stride: int
+    window_shift_every: int
+    same_initial_noise: bool
+    num_groups: int
+
+    @classmethod
+    def from_config(cls, train_config: Any, policy: Any) -> FlowRollout:
+        s = train_config.sampler
+        sigmas = policy.sigma_schedule(s.num_steps, s.shift)
+        sde = SAMPLERS[s.name](sigmas, s.noise_level, log_prob_reduction=s.log_prob_reduction)
+        return cls(
+            sde=sde,
+            ode=FlowODESampler(sigmas),
+            guidance_scale=s.guidance_scale,
+            window_size=s.sde_window_size,
+            window_schedule=s.sde_window_schedule,
+            window_range=s.sde_window_range,
+            window_stride=s.sde_window_stride,
+            window_shift_every=s.sde_window_shift_every,
+            same_initial_noise=s.same_initial_noise,
+            num_groups=train_config.train.prompts_per_iteration,
+        )
+
+    @property
+    def num_steps(self) -> int:
+        return self.sde.num_steps
+
+    @property
+    def trainable_per_trajectory(self) -> int:
+        """Stochastic steps with non-zero noise in every trajectory (the same each iteration)."""
+        stochastic = self.sde.stochastic_steps
+        if self.window_size == 0:
+            return int(stochastic.sum())
+        # The window may cover a deterministic step (CPS's last one); plan for the worst case.
+        size = self.window_size
+        return min(int(stochastic[i : i + size].sum()) for i in range(self.num_steps - size + 1))
+
+    def window(self, noise: RolloutNoise) -> torch.Tensor:
+        """``[T]`` bool: the steps sampled stochastically in this iteration (same for all)."""
+        if self.window_size == 0:
+            return torch.ones(self.num_steps, dtype=torch.bool)
+        start = sde_window_start(
+            self.num_steps,
+            self.window_size,
+            self.window_schedule,  # type: ignore[arg-type]
+            noise.iteration,
+            noise.generator(WINDOW_TAG),
+            self.window_range,
+            self.window_stride,
+            self.window_shift_every,
+        )
+        return sde_window_mask(self.num_steps, self.window_size, start)
+
+    @torch.no_grad()
+    def collect(
+        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> FlowTrajectory:
+        """Sample this process's trajectories, recording every state and step log-prob."""
+        device = policy.device
+        n, shape = len(prompts), tuple(policy.latent_shape)
+        window = self.window(noise)
+        condition = policy.encode_prompts(prompts)
+        sigmas = self.sde.sigmas.to(device)
+        if self.same_initial_noise:
+            x = noise.randn_per_group(0, shape, group_ids, self.num_groups, device)
+        else:
+            x = noise.randn(0, shape, device)
+        latents = [x]
+        log_probs = torch.zeros(n, self.num_steps, device=device)
+
+        # ODE prefix: shared within a group when the group starts from one noise.
+        prefix = int(window.float().argmax()) if bool(window.any()) else self.num_steps
+        if self.same_initial_noise and prefix > 0:
+            unique, inverse = torch.unique(group_ids, return_inverse=True)
+            # Any member represents its group: they share prompt and initial noise.
+            rows = torch.zeros(len(unique), dtype=torch.long, device=device)
+            rows[inverse.to(device)] = torch.arange(n, device=device)
+            xs = self._ode_steps(policy, x[rows], _take(condition, rows), sigmas, 0, prefix)
+            latents += [state[inverse.to(device)] for state in xs]
+        else:
+            latents += self._ode_steps(policy, x, condition, sigmas, 0, prefix)
+        x = latents[-1]
+
+        for i in range(prefix, self.num_steps):
+            v = policy.velocity(x, sigmas[i].expand(n), condition, self.guidance_scale)
+            if window[i]:
+                out = self.sde.step(v, i, x, noise=noise.randn(i + 1, shape, device))
+                log_probs[:, i] = out.log_prob
+                x = out.prev_sample
+            else:
+                x = self.ode.step(v, i, x).prev_sample
+            latents.append(x)
+        trainable = (window & self.sde.stochastic_steps.cpu()).to(device)
+        return FlowTrajectory(
+            prompts=list(prompts),
+            group_ids=group_ids,
+            condition=condition,
+            latents=torch.stack(latents, dim=1),
+            log_probs=log_probs,
+            trainable_steps=trainable.expand(n, -1).clone(),
+            advantages=torch.zeros(n, device=device),
+        )
+
+    def _ode_steps(
+        self,
+        policy: Any,
+        x: torch.Tensor,
+        condition: dict[str, torch.Tensor],
+        sigmas: torch.Tensor,
+        start: int,
+        stop: int,
+    ) -> list[torch.Tensor]:
+        states = []
+        for i in range(start, stop):
+            v = policy.velocity(x, sigmas[i].expand(len(x)), condition, self.guidance_scale)
+            x = self.ode.step(v, i, x).prev_sample
+            states.append(x)
+        return states
+
+
+def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {k: v[rows] for k, v in condition.items()}

@@ -1,0 +1,104 @@
+"""SANA (``SanaPipeline``) as a flow policy.
+
+Condition: Gemma-2 token embeddings ``prompt_embeds [B, L, D]`` with their
+``prompt_attention_mask [B, L]``, made by ``pipe.encode_prompt`` (including SANA's "complex human
+instruction" prefix, which the pipeline uses by default). The transformer takes
+``timestep = 1000 * sigma * timestep_scale``.
+
+Released SANA checkpoints ship a flow DPM-Solver++ scheduler; rollouts here use Euler steps on
+the same flow-shifted sigmas (``FlowMatchEulerDiscreteScheduler`` with ``shift = flow_shift``),
+since the SDE samplers are Euler-Maruyama steps. With an Euler scheduler in the pipeline our ODE
+rollout reproduces ``pipe(...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipelines.base import Condition
+from pipelines.flow_image import FlowImagePolicy
+from pipelines.sd3 import _check_divisible
+
+
+class SanaPolicy(FlowImagePolicy):
+    """SANA 0.6B/1.6B. Arguments of ``FlowImagePolicy`` plus:
+
+    Args:
+        complex_human_instruction: instruction lines prepended to each prompt before Gemma
+            encodes it; "default" uses the pipeline's own default, None disables it.
+    """
+
+    pipeline_class = "SanaPipeline"
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        *,
+        complex_human_instruction: list[str] | str | None = "default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(pretrained, **kwargs)
+        if complex_human_instruction == "default":
+            complex_human_instruction = self._call_default("complex_human_instruction", None)
+        self.complex_human_instruction = complex_human_instruction
+
+    def _encode(self, prompts: list[str]) -> Condition:
+        embeds, mask, _, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            device=self.device,
+            max_sequence_length=self.max_sequence_length,
+            complex_human_instruction=self.complex_human_instruction,
+        )
+        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+
+    def _encode_negative(self) -> Condition:
+        _, _, embeds, mask = self.pipe.encode_prompt(
+            prompt=[""],
+            do_classifier_free_guidance=True,
+            negative_prompt=self.negative_prompt,
+            device=self.device,
+            max_sequence_length=self.max_sequence_length,
+            complex_human_instruction=self.complex_human_instruction,
+        )
+        return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+
+    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        factor = self.pipe.vae_scale_factor
+        _check_divisible(height, width, factor * self.pipe.transformer.config.patch_size, "SANA")
+        channels = self.pipe.transformer.config.in_channels
+        return (channels, height // factor, width // factor)
+
+    def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
+        if shift is None and "flow_shift" in self.pipe.scheduler.config:
+            # DPM-Solver config: Euler on its flow-shifted sigmas.
+            shift = float(self.pipe.scheduler.config.flow_shift)
+            from diffusers import FlowMatchEulerDiscreteScheduler
+
+            scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
+            scheduler.set_timesteps(num_steps)
+            return scheduler.sigmas.float().cpu()
+        return super().sigma_schedule(num_steps, shift)
+
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        config = self.pipe.transformer.config
+        dtype = self.pipe.transformer.dtype
+        out = module(
+            latents.to(dtype),
+            encoder_hidden_states=condition["prompt_embeds"].to(dtype),
+            encoder_attention_mask=condition["prompt_attention_mask"],
+            timestep=self.timesteps(sigma) * config.timestep_scale,
+            return_dict=False,
+        )[0].float()
+        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the mean
+            out = out.chunk(2, dim=1)[0]
+        return out
+
+    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        latents = latents / self.pipe.vae.config.scaling_factor
+        return self.pipe.vae.decode(latents, return_dict=False)[0]
