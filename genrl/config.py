@@ -106,6 +106,9 @@ class TrainLoopConfig:
     """Passes over each rollout (Flow-GRPO: 1)."""
     minibatch_size: int = 64
     """Training units (for Flow-GRPO: sample-timestep transitions) per forward, per process."""
+    rollout_batch_size: int = 0
+    """Samples per model forward in rollouts, per process (0: the whole local batch at once;
+    lower it when a real model's batch does not fit in memory)."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
@@ -147,6 +150,8 @@ class EvalConfig:
     """Seed of the held-out initial noise."""
     num_steps: int = 10
     """ODE steps for evaluation (Flow-GRPO evaluates with 40 on real models)."""
+    batch_size: int = 256
+    """Samples per sampling batch in evaluation (lower it for real models)."""
 
 
 @dataclass
@@ -210,6 +215,7 @@ class TrainConfig:
             "sampler.num_steps": s.num_steps,
             "eval.samples_per_prompt": self.eval.samples_per_prompt,
             "eval.num_steps": self.eval.num_steps,
+            "eval.batch_size": self.eval.batch_size,
             "optim.ema_every": o.ema_every,
             "logging.log_every": self.logging.log_every,
             "logging.keep_checkpoints": self.logging.keep_checkpoints,
@@ -218,6 +224,7 @@ class TrainConfig:
             if value < 1:  # e.g. keep_checkpoints=0 would delete the checkpoint just written
                 raise ConfigError(f"{key} must be >= 1, got {value}")
         for key, value in {
+            "train.rollout_batch_size": t.rollout_batch_size,
             "eval.every": self.eval.every,
             "optim.warmup_steps": o.warmup_steps,
             "logging.checkpoint_every": self.logging.checkpoint_every,

@@ -43,8 +43,18 @@ def _digits() -> PromptSource:
     return PromptSource(train=train, eval=list(ALL_PROMPTS))
 
 
+def _t2i_simple() -> PromptSource:
+    """96 short text-to-image prompts (colour, count, composition, style), 80 train / 16 held
+    out; the default prompts of the real-model recipes (replace with your own dataset)."""
+    folder = Path(__file__).resolve().parent / "assets" / "prompts"
+    return PromptSource(
+        train=read_prompt_file(folder / "t2i_simple_train.txt"),
+        eval=read_prompt_file(folder / "t2i_simple_eval.txt"),
+    )
+
+
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
-PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {"digits": _digits}
+PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {"digits": _digits, "t2i_simple": _t2i_simple}
 
 
 def read_prompt_file(path: str | Path) -> list[str]:

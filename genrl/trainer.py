@@ -221,6 +221,7 @@ class Trainer:
                 num_steps=cfg.eval.num_steps,
                 shift=cfg.sampler.shift,
                 guidance_scale=cfg.sampler.guidance_scale,
+                batch_size=cfg.eval.batch_size,
             )
 
     def export(self, directory: Path) -> Path | None:

@@ -279,3 +279,39 @@ def build_sana(directory: Path) -> Path:
     )
     pipe.save_pretrained(directory)
     return Path(directory)
+
+
+def build_clip(directory: Path) -> Path:
+    """A tiny CLIPModel (32 px images, 8 px patches, projection 16) with its tokenizer and image
+    processor, as reward models load it (CLIPScore, PickScore)."""
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+
+    torch.manual_seed(0)
+    tokenizer = clip_tokenizer()
+    text = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 77,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": 32,
+        "patch_size": 8,
+    }
+    config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)
+    CLIPModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    processor = CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    processor.save_pretrained(directory)
+    return Path(directory)

@@ -146,3 +146,10 @@ def test_no_window_and_independent_noise_is_the_plain_flow_grpo_rollout(tmp_path
         x = out.prev_sample
     assert torch.equal(rollout.final, x)
     assert rollout.trainable_steps.all()
+
+
+def test_rollout_in_chunks_matches_one_batch(tmp_path: Path) -> None:
+    whole, _ = _collect(_trainer(tmp_path))
+    chunked, _ = _collect(_trainer(tmp_path, "train.rollout_batch_size=3"))
+    assert torch.allclose(whole.latents, chunked.latents, atol=1e-5, rtol=0)
+    assert torch.allclose(whole.log_probs, chunked.log_probs, atol=1e-4, rtol=0)

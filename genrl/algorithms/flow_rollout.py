@@ -37,6 +37,7 @@ class FlowRollout:
     window_shift_every: int
     same_initial_noise: bool
     num_groups: int
+    batch_size: int = 0
 
     @classmethod
     def from_config(cls, train_config: Any, policy: Any) -> FlowRollout:
@@ -54,6 +55,7 @@ class FlowRollout:
             window_shift_every=s.sde_window_shift_every,
             same_initial_noise=s.same_initial_noise,
             num_groups=train_config.train.prompts_per_iteration,
+            batch_size=train_config.train.rollout_batch_size,
         )
 
     @property
@@ -117,7 +119,7 @@ class FlowRollout:
         x = latents[-1]
 
         for i in range(prefix, self.num_steps):
-            v = policy.velocity(x, sigmas[i].expand(n), condition, self.guidance_scale)
+            v = self._velocity(policy, x, sigmas[i], condition)
             if window[i]:
                 out = self.sde.step(v, i, x, noise=noise.randn(i + 1, shape, device))
                 log_probs[:, i] = out.log_prob
@@ -147,10 +149,27 @@ class FlowRollout:
     ) -> list[torch.Tensor]:
         states = []
         for i in range(start, stop):
-            v = policy.velocity(x, sigmas[i].expand(len(x)), condition, self.guidance_scale)
+            v = self._velocity(policy, x, sigmas[i], condition)
             x = self.ode.step(v, i, x).prev_sample
             states.append(x)
         return states
+
+    def _velocity(
+        self, policy: Any, x: torch.Tensor, sigma: torch.Tensor, condition: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The velocity of a batch, in chunks of ``batch_size`` samples when set (memory)."""
+        n = len(x)
+        size = self.batch_size or n
+        chunks = [
+            policy.velocity(
+                x[start : start + size],
+                sigma.expand(len(x[start : start + size])),
+                {k: v[start : start + size] for k, v in condition.items()},
+                self.guidance_scale,
+            )
+            for start in range(0, n, size)
+        ]
+        return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
 def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:
