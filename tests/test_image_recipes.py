@@ -6,13 +6,13 @@ import math
 from pathlib import Path
 
 import pytest
-from diffusers_tiny import build_clip, build_sana, build_sd3
+from diffusers_tiny import build_clip, build_flux, build_sana, build_sd3
 
 from genrl import get_recipe
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.trainer import Trainer
 
-BUILDERS = {"sd3": build_sd3, "sana": build_sana}
+BUILDERS = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}
 
 
 @pytest.mark.parametrize("name", list(IMAGE_RECIPES))

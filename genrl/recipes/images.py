@@ -1,7 +1,7 @@
 """Recipes for real diffusers text-to-image checkpoints (need a GPU and the hub weights).
 
 Hyper-parameters follow the Flow-GRPO reference configs (yifan123/flow_grpo, ``config/grpo.py``:
-``pickscore_sd3``, ``pickscore_sd3_fast_nocfg``, ``clipscore_sd3``), translated to genrl's fields:
+``pickscore_sd3``, ``pickscore_sd3_fast_nocfg``, ``clipscore_sd3``, ``pickscore_flux``), translated to genrl's fields:
 
 * Reference: 48 prompts x 24 images per epoch on 32 GPUs, two optimizer steps per epoch. Here
   ``prompts_per_iteration * group_size`` is the same global batch; ``gradient_accumulation_steps``
@@ -33,6 +33,7 @@ from genrl.config import (
 
 SD35_MEDIUM = "stabilityai/stable-diffusion-3.5-medium"
 SANA_600M = "Efficient-Large-Model/Sana_600M_512px_diffusers"
+FLUX_DEV = "black-forest-labs/FLUX.1-dev"
 
 
 def _sd3_base(recipe: str, reward: RewardSpec, kl_beta: float) -> TrainConfig:
@@ -101,6 +102,20 @@ def sd35m_pickscore_fast() -> TrainConfig:
     return config
 
 
+def flux_dev_pickscore() -> TrainConfig:
+    """FLUX.1-dev + PickScore (Flow-GRPO ``pickscore_flux``): 6 SDE steps at noise 0.9, the
+    guidance embedding at 3.5 and no true CFG, no KL, global std, 48 x 24."""
+    config = _sd3_base("flux_dev_pickscore", RewardSpec(name="pickscore"), kl_beta=0.0)
+    config.policy.name, config.policy.pretrained = "flux", FLUX_DEV
+    config.policy.kwargs = {"height": 512, "width": 512, "embedded_guidance": 3.5}
+    config.sampler = SamplerConfig(num_steps=6, noise_level=0.9, guidance_scale=1.0)
+    config.algorithm.cfg_in_training = False
+    config.eval.num_steps = 28
+    # 1152 samples / 8 processes * 5 trained steps / 9 per minibatch / 2 optimizer steps.
+    config.train.gradient_accumulation_steps = 40
+    return config
+
+
 def sana_clipscore() -> TrainConfig:
     """SANA-600M (512 px) + CLIPScore; settings of Flow-GRPO's ``clipscore_sd3`` (beta 0.02,
     same initial noise per group), which has no SANA config of its own."""
@@ -113,5 +128,6 @@ def sana_clipscore() -> TrainConfig:
 IMAGE_RECIPES = {
     "sd35m_pickscore": sd35m_pickscore,
     "sd35m_pickscore_fast": sd35m_pickscore_fast,
+    "flux_dev_pickscore": flux_dev_pickscore,
     "sana_clipscore": sana_clipscore,
 }
