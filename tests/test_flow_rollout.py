@@ -153,3 +153,20 @@ def test_rollout_in_chunks_matches_one_batch(tmp_path: Path) -> None:
     chunked, _ = _collect(_trainer(tmp_path, "train.rollout_batch_size=3"))
     assert torch.allclose(whole.latents, chunked.latents, atol=1e-5, rtol=0)
     assert torch.allclose(whole.log_probs, chunked.log_probs, atol=1e-4, rtol=0)
+
+
+def test_cps_window_trains_every_window_step_when_it_cannot_reach_the_last_step(
+    tmp_path: Path,
+) -> None:
+    """CPS's last step is deterministic; a window that cannot reach it trains all its steps,
+    one that can is planned for the worst case."""
+    common = ("sampler.name=flow_cps", "sampler.num_steps=8", "sampler.sde_window_size=3")
+    inside = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 4]")
+    assert inside.algorithm.rollout.trainable_per_trajectory == 3
+    reaching = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 5]")
+    assert reaching.algorithm.rollout.trainable_per_trajectory == 2
+    progressive = _trainer(
+        tmp_path, *common, "sampler.sde_window_schedule=progressive", "sampler.sde_window_stride=2"
+    )
+    assert progressive.algorithm.rollout.possible_window_starts() == [0, 2, 4, 5]
+    assert progressive.algorithm.rollout.trainable_per_trajectory == 2

@@ -68,9 +68,18 @@ class FlowRollout:
         stochastic = self.sde.stochastic_steps
         if self.window_size == 0:
             return int(stochastic.sum())
-        # The window may cover a deterministic step (CPS's last one); plan for the worst case.
+        # A window may cover a deterministic step (CPS's last one); plan for the worst window
+        # that can actually occur.
         size = self.window_size
-        return min(int(stochastic[i : i + size].sum()) for i in range(self.num_steps - size + 1))
+        return min(int(stochastic[i : i + size].sum()) for i in self.possible_window_starts())
+
+    def possible_window_starts(self) -> list[int]:
+        """Every start the window schedule can produce."""
+        last_start = self.num_steps - self.window_size
+        if self.window_schedule == "progressive":
+            return sorted({min(k * self.window_stride, last_start) for k in range(last_start + 1)})
+        first, last = self.window_range if self.window_range is not None else (0, last_start)
+        return list(range(first, last + 1))
 
     def window(self, noise: RolloutNoise) -> torch.Tensor:
         """``[T]`` bool: the steps sampled stochastically in this iteration (same for all)."""
