@@ -72,7 +72,7 @@ class FluxPolicy(FlowImagePolicy):
     def forward_model(
         self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
     ) -> torch.Tensor:
-        dtype = self.pipe.transformer.dtype
+        dtype = self.model_dtype
         n, device = latents.shape[0], latents.device
         guidance = None
         if self.pipe.transformer.config.guidance_embeds:

@@ -87,7 +87,7 @@ class SanaPolicy(FlowImagePolicy):
         self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
     ) -> torch.Tensor:
         config = self.pipe.transformer.config
-        dtype = self.pipe.transformer.dtype
+        dtype = self.model_dtype
         out = module(
             latents.to(dtype),
             encoder_hidden_states=condition["prompt_embeds"].to(dtype),

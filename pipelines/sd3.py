@@ -53,7 +53,7 @@ class SD3Policy(FlowImagePolicy):
     def forward_model(
         self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
     ) -> torch.Tensor:
-        dtype = self.pipe.transformer.dtype
+        dtype = self.model_dtype
         out = module(
             hidden_states=latents.to(dtype),
             timestep=self.timesteps(sigma),

@@ -22,7 +22,7 @@ from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, regi
 from genrl.algorithms.flow_rollout import FlowRollout
 from genrl.losses import ClippedSurrogate, gaussian_mean_kl
 from genrl.overrides import ConfigError
-from genrl.rollout import FlowTrajectory, FlowTransitions
+from genrl.rollout import FlowTrajectory, FlowTransitions, SharedRows
 
 
 @dataclass
@@ -164,7 +164,8 @@ class FlowGRPO(Algorithm):
         rows = torch.arange(n, device=device).unsqueeze(1).expand(n, k)
         flat_rows, flat_steps = rows.reshape(-1), steps.reshape(-1)
         return FlowTransitions(
-            condition={key: v[flat_rows] for key, v in rollout.condition.items()},
+            rows=flat_rows,
+            conditions=SharedRows(rollout.condition),
             sample=rollout.latents[flat_rows, flat_steps],
             next_sample=rollout.latents[flat_rows, flat_steps + 1],
             timestep_index=flat_steps,

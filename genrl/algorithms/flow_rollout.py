@@ -127,10 +127,15 @@ class FlowRollout:
             latents += self._ode_steps(policy, x, condition, sigmas, 0, prefix)
         x = latents[-1]
 
+        # Step noise is drawn (on the CPU) and moved before the loop: a host-to-device copy inside
+        # it would wait for the queued forward and stall the accelerator every step.
+        step_noise = {
+            i: noise.randn(i + 1, shape, device) for i in range(self.num_steps) if window[i]
+        }
         for i in range(prefix, self.num_steps):
             v = self._velocity(policy, x, sigmas[i], condition)
             if window[i]:
-                out = self.sde.step(v, i, x, noise=noise.randn(i + 1, shape, device))
+                out = self.sde.step(v, i, x, noise=step_noise.pop(i))
                 log_probs[:, i] = out.log_prob
                 x = out.prev_sample
             else:

@@ -1,0 +1,643 @@
+"""Overhead of our diffusers adapter against the stock pipeline, on a tiny random SD3 pipeline.
+
+Everything is measured in one process, on one pipeline built into a temporary directory with
+``tests/diffusers_tiny.build_sd3`` and loaded through ``pipelines.build_policy("sd3", ...)``:
+
+(a) Rollout throughput. Ours is exactly what a training rollout runs,
+    ``FlowGRPO.collect(policy, prompts, group_ids, RolloutNoise(...))``: prompt encoding (each
+    distinct prompt once), the Flow-GRPO SDE step with its log-prob at every step, CFG in one
+    batched forward, and stacking every state and log-prob. The baseline is a plain
+    ``pipe(prompt=..., num_images_per_prompt=group, num_inference_steps=..., guidance_scale=...,
+    output_type="latent")`` call on the same pipeline object (so the same transformer, LoRA
+    layers included), which also encodes its prompts on every call. Same steps, batch, guidance,
+    image size and dtype/autocast. The two are interleaved (alternating order) after warm-ups and
+    compared by their median times; when the ratio misses the target (or with ``--profile``) both
+    are re-run with per-phase timers to show where the time goes.
+(b) Training step time: one optimizer step over one minibatch of rollout transitions
+    (``FlowGRPO.loss``: the CFG forward with the unconditional branch detached and the SDE
+    log-prob; backward; gradient clipping; AdamW step), on two policies built with
+    ``gradient_checkpointing=False`` and ``True`` from the same weights and LoRA initialisation,
+    on the same minibatch, interleaved.
+
+Usage::
+
+    python benchmarks/diffusers_overhead.py                  # CPU, float32, 1 thread
+    python benchmarks/diffusers_overhead.py --quick          # smoke run
+    python benchmarks/diffusers_overhead.py --device cuda --dtype bfloat16 --height 128 --width 128
+
+The last line of output is one JSON object (DESIGN.md section 7); its headline
+``rollout_over_pipe_time_ratio`` is ours / pipe median rollout time (target: <= 1.15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genrl.algorithms.base import RolloutNoise
+from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
+from genrl.config import PolicyConfig, SamplerConfig, TrainConfig, TrainLoopConfig
+from genrl.groups import expand_groups
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py
+TARGET_RATIO = 1.15
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PROMPT_WORDS = (
+    ["red", "blue", "green", "yellow", "purple", "orange", "black", "white"],
+    ["cat", "dog", "tree", "car", "house", "boat", "bird", "flower"],
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=10, help="sampling steps (default: 10)")
+    parser.add_argument("--batch", type=int, default=8, help="rollout batch (default: 8)")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=4,
+        help="samples per prompt; the pipe gets num_images_per_prompt=group (default: 4)",
+    )
+    parser.add_argument("--guidance", type=float, default=4.5, help="CFG scale (default: 4.5)")
+    parser.add_argument("--height", type=int, default=64, help="image height (default: 64)")
+    parser.add_argument("--width", type=int, default=64, help="image width (default: 64)")
+    parser.add_argument("--noise-level", type=float, default=0.7, help="SDE noise (default: 0.7)")
+    parser.add_argument(
+        "--repeats", type=int, default=15, help="timed rollouts of each method (default: 15)"
+    )
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rollouts (default: 2)")
+    parser.add_argument(
+        "--minibatch", type=int, default=8, help="transitions per training step (default: 8)"
+    )
+    parser.add_argument(
+        "--train-repeats", type=int, default=7, help="timed training steps each (default: 7)"
+    )
+    parser.add_argument("--lora-rank", type=int, default=32, help="LoRA rank (default: 32)")
+    parser.add_argument("--lora-alpha", type=float, default=64.0, help="LoRA alpha (default: 64)")
+    parser.add_argument(
+        "--kl-beta",
+        type=float,
+        default=0.0,
+        help="KL weight of the training loss; > 0 adds the reference forward (default: 0)",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="frozen-weight dtype; not float32 runs both paths under autocast (default: float32)",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="always run the per-phase profile (it runs by itself when the target is missed)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 3 repeats, 1 warm-up, 2 training steps"
+    )
+    args = parser.parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
+    if args.quick:
+        for name, value in (("--repeats", 3), ("--warmup", 1), ("--train-repeats", 2)):
+            if name not in given:
+                setattr(args, name.lstrip("-").replace("-", "_"), value)
+    if min(args.steps, args.batch, args.group_size, args.repeats, args.minibatch) < 1:
+        parser.error("--steps, --batch, --group-size, --repeats and --minibatch must be >= 1")
+    if args.batch % args.group_size:
+        parser.error("--batch must be a multiple of --group-size")
+    if args.train_repeats < 1 or args.warmup < 0:
+        parser.error("--train-repeats must be >= 1 and --warmup >= 0")
+    return args
+
+
+# -- set-up ------------------------------------------------------------------------------------
+def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    """The trainer's mixed precision: autocast to the frozen weights' dtype (off for float32)."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[dtype])
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
+    return TrainConfig(
+        recipe="diffusers_overhead",
+        seed=args.seed,
+        policy=PolicyConfig(name="sd3", lora_rank=args.lora_rank, lora_alpha=args.lora_alpha),
+        sampler=SamplerConfig(
+            num_steps=args.steps, noise_level=args.noise_level, guidance_scale=args.guidance
+        ),
+        algorithm=FlowGRPOConfig(kl_beta=args.kl_beta),
+        train=TrainLoopConfig(
+            prompts_per_iteration=num_prompts,
+            group_size=args.group_size,
+            minibatch_size=args.minibatch,
+        ),
+    )
+
+
+def build_trained_policy(
+    directory: Path, args: argparse.Namespace, device: torch.device, checkpointing: bool
+) -> Any:
+    """The adapter as the trainer builds it: loaded from disk, LoRA set up from the run's seed,
+    every component on ``device``."""
+    from pipelines import build_policy
+
+    policy = build_policy(
+        "sd3",
+        pretrained=str(directory),
+        height=args.height,
+        width=args.width,
+        dtype=args.dtype,
+        gradient_checkpointing=checkpointing,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed)
+        policy.setup_training(args.lora_rank, args.lora_alpha, None)
+    policy.pipe.to(device)
+    policy.pipe.set_progress_bar_config(disable=True)
+    return policy
+
+
+def make_prompts(batch: int, group_size: int) -> tuple[list[str], list[str], torch.Tensor]:
+    """Distinct prompts, and the training batch (each repeated ``group_size`` times)."""
+    colours, things = PROMPT_WORDS
+    unique = [
+        f"a {colours[i % len(colours)]} {things[(i // len(colours)) % len(things)]}"
+        for i in range(batch // group_size)
+    ]
+    prompts, group_ids = expand_groups(unique, group_size)
+    return unique, prompts, group_ids
+
+
+# -- (a) rollouts ------------------------------------------------------------------------------
+def ours_rollout(
+    algorithm: FlowGRPO,
+    policy: Any,
+    prompts: list[str],
+    group_ids: torch.Tensor,
+    args: argparse.Namespace,
+    device: torch.device,
+    instrument: Callable[[RolloutNoise], None] | None = None,
+) -> Callable[[int], torch.Tensor]:
+    """One training rollout (``FlowGRPO.collect`` as ``Trainer.collect`` calls it) per call."""
+    batch = len(prompts)
+
+    def run(iteration: int) -> torch.Tensor:
+        noise = RolloutNoise(args.seed, iteration, num_global=batch, local=slice(0, batch))
+        if instrument is not None:
+            instrument(noise)
+        policy.module.eval()
+        with torch.no_grad(), autocast(device, args.dtype):
+            trajectory = algorithm.collect(policy, prompts, group_ids, noise)
+        synchronize(device)
+        return trajectory.final
+
+    return run
+
+
+def pipe_rollout(
+    pipe: Any, unique: list[str], args: argparse.Namespace, device: torch.device
+) -> Callable[[int], torch.Tensor]:
+    """A plain ``pipe(...)`` call on the same prompts, returning latents."""
+
+    def run(iteration: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(args.seed * 1_000_003 + iteration)
+        with torch.no_grad(), autocast(device, args.dtype):
+            latents = pipe(
+                prompt=unique,
+                num_images_per_prompt=args.group_size,
+                num_inference_steps=args.steps,
+                guidance_scale=args.guidance,
+                height=args.height,
+                width=args.width,
+                generator=generator,
+                output_type="latent",
+            ).images
+        synchronize(device)
+        return latents
+
+    return run
+
+
+def time_interleaved(
+    methods: dict[str, Callable[[int], torch.Tensor]], repeats: int, warmup: int
+) -> dict[str, list[float]]:
+    """Seconds per call of each method; the order alternates every repeat to cancel drift."""
+    names = list(methods)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(warmup + repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            out = methods[name](r)
+            elapsed = time.perf_counter() - start
+            if not bool(torch.isfinite(out.float()).all()):
+                raise RuntimeError(f"{name} produced non-finite latents")
+            if r >= warmup:
+                times[name].append(elapsed)
+    return times
+
+
+# -- per-phase profile -------------------------------------------------------------------------
+class PhaseTimer:
+    """Wall time spent inside wrapped callables and properties, restored on exit. On a GPU each
+    timed call synchronises before and after, so phases show where time goes, not overlap."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._restore: list[tuple[Any, str, Any]] = []
+
+    def _timed(self, function: Callable[..., Any], phase: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            synchronize(self.device)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                synchronize(self.device)
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+                self.calls[phase] = self.calls.get(phase, 0) + 1
+
+        return timed
+
+    def wrap(self, owner: Any, attribute: str, phase: str) -> None:
+        """Time ``owner.attribute(...)`` (a method or function attribute of an instance)."""
+        own = vars(owner).get(attribute)
+        self._restore.append((owner, attribute, own))
+        setattr(owner, attribute, self._timed(getattr(owner, attribute), phase))
+
+    def wrap_property(self, cls: type, attribute: str, phase: str) -> None:
+        """Time reads of the property ``cls.attribute`` on every instance of ``cls``."""
+        original = inspect.getattr_static(cls, attribute)
+        self._restore.append((cls, attribute, vars(cls).get(attribute)))
+        setattr(cls, attribute, property(self._timed(original.fget, phase)))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[PhaseTimer]:
+        try:
+            yield self
+        finally:
+            for owner, attribute, own in reversed(self._restore):
+                if own is None:
+                    delattr(owner, attribute)
+                else:
+                    setattr(owner, attribute, own)
+            self._restore.clear()
+
+
+def profile_phases(
+    algorithm: FlowGRPO,
+    policy: Any,
+    unique: list[str],
+    prompts: list[str],
+    group_ids: torch.Tensor,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, dict[str, float]]:
+    """Milliseconds per rollout in each phase (exclusive of nested phases) for both paths."""
+    repeats = max(3, args.repeats // 2)
+    transformer = policy.pipe.transformer
+    assert algorithm.rollout is not None
+    out: dict[str, dict[str, float]] = {}
+
+    # Ours: encode -> velocity (CFG cat/combine) -> forward_model (ModelMixin.dtype lookup, casts,
+    # timesteps, the peft wrapper) -> transformer.forward; SDE/ODE step math; per-step noise draws
+    # (CPU draw + copy to the device); the rest is the loop itself and stacking the trajectory.
+    timer = PhaseTimer(device)
+    with timer.installed():
+        timer.wrap(policy, "encode_prompts", "encode")
+        timer.wrap(policy, "velocity", "velocity")
+        timer.wrap(policy, "forward_model", "forward_model")
+        timer.wrap(transformer, "forward", "transformer")
+        timer.wrap_property(type(transformer), "dtype", "dtype_lookup")
+        timer.wrap(algorithm.rollout.sde, "step", "sampler_step")
+        timer.wrap(algorithm.rollout.ode, "step", "sampler_step")
+
+        def instrument(noise: RolloutNoise) -> None:
+            timer.wrap(noise, "randn", "noise_draws")
+
+        run = ours_rollout(algorithm, policy, prompts, group_ids, args, device, instrument)
+        total = _timed_total(run, repeats)
+    s = {k: v / repeats * 1e3 for k, v in timer.seconds.items()}
+    out["ours"] = {
+        "total": total * 1e3,
+        "prompt_encoding": s.get("encode", 0.0),
+        "transformer_forward": s.get("transformer", 0.0),
+        "transformer_dtype_lookup": s.get("dtype_lookup", 0.0),
+        "adapter_forward_model_other": s.get("forward_model", 0.0)
+        - s.get("transformer", 0.0)
+        - s.get("dtype_lookup", 0.0),
+        "cfg_velocity_excl_forward_model": s.get("velocity", 0.0) - s.get("forward_model", 0.0),
+        "sampler_step": s.get("sampler_step", 0.0),
+        "noise_draws": s.get("noise_draws", 0.0),
+    }
+    out["ours"]["loop_and_stacking"] = out["ours"]["total"] - sum(
+        v for k, v in out["ours"].items() if k != "total"
+    )
+
+    # The pipe: encode_prompt (prompts and negatives, every call) -> transformer.forward;
+    # scheduler.step; the rest is the pipe's own loop, latents preparation and set_timesteps.
+    pipe = policy.pipe
+    timer = PhaseTimer(device)
+    with timer.installed():
+        timer.wrap(pipe, "encode_prompt", "encode")
+        timer.wrap(transformer, "forward", "transformer")
+        timer.wrap_property(type(transformer), "dtype", "dtype_lookup")
+        timer.wrap(pipe.scheduler, "step", "sampler_step")
+        total = _timed_total(pipe_rollout(pipe, unique, args, device), repeats)
+    s = {k: v / repeats * 1e3 for k, v in timer.seconds.items()}
+    out["pipe"] = {
+        "total": total * 1e3,
+        "prompt_encoding": s.get("encode", 0.0),
+        "transformer_forward": s.get("transformer", 0.0),
+        "transformer_dtype_lookup": s.get("dtype_lookup", 0.0),
+        "sampler_step": s.get("sampler_step", 0.0),
+    }
+    out["pipe"]["loop_and_other"] = out["pipe"]["total"] - sum(
+        v for k, v in out["pipe"].items() if k != "total"
+    )
+    return {side: {k: round(v, 3) for k, v in phases.items()} for side, phases in out.items()}
+
+
+def _timed_total(run: Callable[[int], torch.Tensor], repeats: int) -> float:
+    start = time.perf_counter()
+    for r in range(repeats):
+        run(10_000 + r)
+    return (time.perf_counter() - start) / repeats
+
+
+# -- (b) training steps ------------------------------------------------------------------------
+def training_minibatch(
+    algorithm: FlowGRPO,
+    policy: Any,
+    prompts: list[str],
+    group_ids: torch.Tensor,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> Any:
+    """``--minibatch`` transitions of one rollout, shuffled as the updater does, with random
+    advantages (zero advantages would make the policy-loss gradient vanish)."""
+    noise = RolloutNoise(args.seed, 99_999, num_global=len(prompts), local=slice(0, len(prompts)))
+    policy.module.eval()
+    with torch.no_grad(), autocast(device, args.dtype):
+        rollout = algorithm.collect(policy, prompts, group_ids, noise)
+    generator = torch.Generator().manual_seed(args.seed)
+    rollout.advantages = torch.randn(len(prompts), generator=generator).to(device)
+    units = algorithm.training_units(rollout, noise)
+    order = noise.local_permutation(20_000, len(units))
+    if args.minibatch > len(units):
+        raise SystemExit(
+            f"--minibatch {args.minibatch} exceeds the {len(units)} transitions of one rollout"
+        )
+    return units.select(order[: args.minibatch].to(device))
+
+
+def train_step(
+    algorithm: FlowGRPO,
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    minibatch: Any,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> float:
+    """One optimizer step as ``genrl.optimization.Updater`` takes it; returns the grad norm."""
+    policy.module.train()
+    with autocast(device, args.dtype):
+        loss, _ = algorithm.loss(policy, minibatch)
+        loss.backward()
+    params = policy.trainable_parameters()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    synchronize(device)
+    if not torch.isfinite(loss.detach()):
+        raise RuntimeError("non-finite training loss")
+    return grad_norm
+
+
+def measure_training(
+    setups: dict[str, tuple[FlowGRPO, Any, torch.optim.Optimizer]],
+    minibatch: Any,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, dict[str, float | None]]:
+    """Median step time and peak memory of each setup, interleaved after one warm-up step."""
+    names = list(setups)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    peak: dict[str, float | None] = {name: None for name in names}
+    first_grad_norm: dict[str, float] = {}
+    for r in range(1 + args.train_repeats):
+        for name in names if r % 2 == 0 else names[::-1]:
+            algorithm, policy, optimizer = setups[name]
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+            grad_norm = train_step(algorithm, policy, optimizer, minibatch, args, device)
+            elapsed = time.perf_counter() - start
+            if r == 0:
+                first_grad_norm[name] = grad_norm
+            else:
+                times[name].append(elapsed)
+            if device.type == "cuda":
+                peak[name] = torch.cuda.max_memory_allocated(device) / 2**30
+    return {
+        name: {
+            "median_s": statistics.median(times[name]),
+            "peak_memory_gib": peak[name],
+            "first_step_grad_norm": first_grad_norm[name],
+        }
+        for name in names
+    }
+
+
+# -- main --------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    wall_start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    # Quiet the libraries' import-time notices and progress bars (set before their import).
+    for name in ("TRANSFORMERS_VERBOSITY", "DIFFUSERS_VERBOSITY"):
+        os.environ.setdefault(name, "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import diffusers
+    import peft
+    import transformers
+
+    diffusers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    from diffusers_tiny import build_sd3
+
+    with tempfile.TemporaryDirectory(prefix="genrl-bench-") as tmp:
+        directory = build_sd3(Path(tmp) / "sd3")
+        plain = build_trained_policy(directory, args, device, checkpointing=False)
+        ckpt = build_trained_policy(directory, args, device, checkpointing=True)
+
+    unique, prompts, group_ids = make_prompts(args.batch, args.group_size)
+    group_ids = group_ids.to(device)
+    config = build_config(args, len(unique))
+    algorithms = {
+        "plain": FlowGRPO(config.algorithm, config),
+        "ckpt": FlowGRPO(config.algorithm, config),
+    }
+    algorithms["plain"].setup(plain)
+    algorithms["ckpt"].setup(ckpt)
+    transformer = plain.pipe.transformer
+    num_params = sum(p.numel() for n, p in transformer.named_parameters() if "lora_" not in n)
+    num_trainable = sum(p.numel() for p in plain.trainable_parameters())
+
+    # (a) rollouts: ours with log-probs vs the stock pipe call.
+    methods = {
+        "pipe": pipe_rollout(plain.pipe, unique, args, device),
+        "ours": ours_rollout(algorithms["plain"], plain, prompts, group_ids, args, device),
+    }
+    times = time_interleaved(methods, args.repeats, args.warmup)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    ratio = median["ours"] / median["pipe"]
+    paired = statistics.median(o / p for o, p in zip(times["ours"], times["pipe"], strict=True))
+    meets = ratio <= TARGET_RATIO
+    profile = None
+    if args.profile or not meets:
+        profile = profile_phases(
+            algorithms["plain"], plain, unique, prompts, group_ids, args, device
+        )
+
+    # (b) training steps with and without gradient checkpointing, same minibatch and weights.
+    minibatch = training_minibatch(algorithms["plain"], plain, prompts, group_ids, args, device)
+    setups = {}
+    for name, policy in (("plain", plain), ("ckpt", ckpt)):
+        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4, weight_decay=1e-4)
+        setups[name] = (algorithms[name], policy, optimizer)
+    training = measure_training(setups, minibatch, args, device)
+    train_ratio = training["ckpt"]["median_s"] / training["plain"]["median_s"]
+
+    print_report(args, median, times, ratio, paired, meets, training, train_ratio, profile)
+    summary = {
+        "benchmark": "diffusers_overhead",
+        "rollout_over_pipe_time_ratio": round(ratio, 4),
+        "paired_ratio_median": round(paired, 4),
+        "target_ratio": TARGET_RATIO,
+        "meets_target": meets,
+        "ours_samples_per_s": round(args.batch / median["ours"], 3),
+        "pipe_samples_per_s": round(args.batch / median["pipe"], 3),
+        "ours_median_ms": round(median["ours"] * 1e3, 3),
+        "pipe_median_ms": round(median["pipe"] * 1e3, 3),
+        "train_step_s_no_checkpointing": round(training["plain"]["median_s"], 5),
+        "train_step_s_checkpointing": round(training["ckpt"]["median_s"], 5),
+        "checkpointing_over_plain_train_time_ratio": round(train_ratio, 4),
+        "peak_memory_gib_no_checkpointing": _round(training["plain"]["peak_memory_gib"]),
+        "peak_memory_gib_checkpointing": _round(training["ckpt"]["peak_memory_gib"]),
+        "first_step_grad_norm_no_checkpointing": training["plain"]["first_step_grad_norm"],
+        "first_step_grad_norm_checkpointing": training["ckpt"]["first_step_grad_norm"],
+        "checkpointing_enabled": bool(ckpt.pipe.transformer.gradient_checkpointing),
+        "phases_ms": profile,
+        "model": "tiny random StableDiffusion3Pipeline (tests/diffusers_tiny.build_sd3)",
+        "transformer_parameters": num_params,
+        "trainable_parameters": num_trainable,
+        "steps": args.steps,
+        "batch": args.batch,
+        "group_size": args.group_size,
+        "guidance_scale": args.guidance,
+        "height": args.height,
+        "width": args.width,
+        "latent_shape": list(plain.latent_shape),
+        "noise_level": args.noise_level,
+        "minibatch": args.minibatch,
+        "kl_beta": args.kl_beta,
+        "lora_rank": args.lora_rank,
+        "lora_alpha": args.lora_alpha,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "train_repeats": args.train_repeats,
+        "quick": args.quick,
+        "device": str(device),
+        "dtype": args.dtype,
+        "num_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "diffusers_version": diffusers.__version__,
+        "peft_version": peft.__version__,
+        "wall_seconds": round(time.perf_counter() - wall_start, 2),
+    }
+    print(json.dumps(summary))
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def print_report(
+    args: argparse.Namespace,
+    median: dict[str, float],
+    times: dict[str, list[float]],
+    ratio: float,
+    paired: float,
+    meets: bool,
+    training: dict[str, dict[str, float | None]],
+    train_ratio: float,
+    profile: dict[str, dict[str, float]] | None,
+) -> None:
+    print(
+        f"Tiny SD3 at {args.height}x{args.width}, {args.steps} steps, batch {args.batch} "
+        f"({args.batch // args.group_size} prompts x {args.group_size}), guidance {args.guidance}, "
+        f"{args.dtype} on {args.device}, LoRA r{args.lora_rank}"
+    )
+    print(f"(a) Rollout, median of {args.repeats} interleaved repeats:")
+    header = f"{'method':<32}  {'median ms':>10}  {'IQR ms':>8}  {'samples/s':>9}"
+    print(header)
+    print("-" * len(header))
+    labels = {"pipe": "pipe(..., output_type='latent')", "ours": "FlowGRPO.collect (log-probs)"}
+    for name in ("pipe", "ours"):
+        values = times[name]
+        q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+        print(
+            f"{labels[name]:<32}  {median[name] * 1e3:>10.2f}  {(q[2] - q[0]) * 1e3:>8.2f}  "
+            f"{args.batch / median[name]:>9.2f}"
+        )
+    verdict = "met" if meets else "NOT met"
+    print(
+        f"ours/pipe time ratio {ratio:.3f} (paired median {paired:.3f}); target <= "
+        f"{TARGET_RATIO}: {verdict}"
+    )
+    if profile is not None:
+        print("Per-phase ms per rollout (exclusive; the timers add a little to the totals):")
+        for side, phases in profile.items():
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+            print(f"  {side}: {parts}")
+    print(f"(b) Training step ({args.minibatch} transitions, CFG, backward, AdamW):")
+    header = f"{'gradient checkpointing':<24}  {'median s':>9}  {'peak GiB':>8}  {'grad norm':>10}"
+    print(header)
+    print("-" * len(header))
+    for name, label in (("plain", "off"), ("ckpt", "on")):
+        row = training[name]
+        peak = "-" if row["peak_memory_gib"] is None else f"{row['peak_memory_gib']:.3f}"
+        print(
+            f"{label:<24}  {row['median_s']:>9.4f}  {peak:>8}  {row['first_step_grad_norm']:>10.4g}"
+        )
+    print(f"checkpointing on/off time ratio {train_ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
