@@ -166,3 +166,26 @@ class PerPromptStatTracker:
         self._past = {
             p: deque([list(r) for r in q], maxlen=max(self.history - 1, 1)) for p, q in past.items()
         }
+
+
+def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """REINFORCE leave-one-out baseline (Kool et al. 2019; Ahmadian et al. 2024, eq. 6):
+    ``A_i = r_i - mean_{j != i, g(j) = g(i)} r_j = G / (G - 1) * (r_i - mean_g)``.
+
+    A group of one sample has no baseline and gets advantage 0.
+
+    Args:
+        rewards, group_ids: ``[N]``.
+
+    Returns:
+        ``[N]`` float32.
+    """
+    rewards = rewards.float()
+    if rewards.shape != group_ids.shape or rewards.ndim != 1:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]"
+        )
+    means, _, inverse = group_moments(rewards, group_ids)
+    sizes = torch.bincount(inverse).to(rewards.dtype)[inverse]
+    scale = torch.where(sizes > 1, sizes / (sizes - 1).clamp(min=1), torch.zeros_like(sizes))
+    return scale * (rewards - means[inverse])

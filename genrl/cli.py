@@ -173,6 +173,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from genrl.plots import save_sample_grid
 
     trainer = _trainer_for(args)
+    if not hasattr(trainer.policy, "latent_shape"):
+        raise ValueError(
+            "genrl sample draws image grids; for text policies use `genrl eval` (its run "
+            "directory holds the held-out completions)"
+        )
     prompts = args.prompt or trainer.prompts.eval
     policy, cfg = trainer.policy, trainer.config
     order, noise = fixed_seed_batch(prompts, args.num_per_prompt, policy.latent_shape, args.seed)

@@ -77,6 +77,22 @@ class SamplerConfig:
 
 
 @dataclass
+class GenerationConfig:
+    max_new_tokens: int = 64
+    """Completion length limit in tokens (TRL: ``max_completion_length``)."""
+    temperature: float = 1.0
+    """Sampling temperature of token rollouts; log-probs are scored at the same temperature."""
+    top_k: int = 0
+    """Sample among the ``k`` most likely tokens (0 = all)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = all); top-k/top-p restrict sampling but not the scored density."""
+    stop_strings: list[str] = field(default_factory=list)
+    """Cut a completion after the first of these strings; later tokens are not trained."""
+    eval_temperature: float = 0.0
+    """Temperature of held-out evaluation; 0 decodes greedily (one sample per prompt suffices)."""
+
+
+@dataclass
 class RewardSpec:
     name: str = "digit_classifier"
     """Reward model in the reward registry."""
@@ -180,6 +196,7 @@ class TrainConfig:
     """Run directory; None makes ``runs/<recipe>-<timestamp>``."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     reward: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     prompts: PromptConfig = field(default_factory=PromptConfig)
@@ -243,6 +260,15 @@ class TrainConfig:
             )
         if s.noise_level < 0:
             raise ConfigError(f"sampler.noise_level must be >= 0, got {s.noise_level}")
+        g = self.generation
+        if g.max_new_tokens < 1:
+            raise ConfigError(f"generation.max_new_tokens must be >= 1, got {g.max_new_tokens}")
+        if g.temperature < 0 or g.eval_temperature < 0:
+            raise ConfigError("generation.temperature and eval_temperature must be >= 0")
+        if g.top_k < 0 or not 0 < g.top_p <= 1:
+            raise ConfigError(
+                f"generation.top_k must be >= 0 and top_p in (0, 1], got {g.top_k}, {g.top_p}"
+            )
         if s.shift is not None and s.shift <= 0:
             raise ConfigError(f"sampler.shift must be positive or none, got {s.shift}")
         self._validate_window()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +19,15 @@ class EvalResult:
         reward: mean primary reward over all ``P * S`` samples.
         per_prompt: prompt -> mean reward of its ``S`` samples.
         scores: name -> mean of every score the reward returned.
-        images: ``[P * S, C, H, W]`` decoded samples; sample ``i`` belongs to prompt ``i % P``.
+        outputs: the ``P * S`` decoded samples (images ``[P * S, C, H, W]`` or texts); sample
+            ``i`` belongs to prompt ``i % P``.
         prompts: the ``P * S`` prompts in sample order.
     """
 
     reward: float
     per_prompt: dict[str, float]
     scores: dict[str, float]
-    images: torch.Tensor
+    outputs: Any
     prompts: list[str]
 
 
@@ -62,6 +64,30 @@ def fixed_seed_batch(
     return order, noise
 
 
+# (prompts of a chunk, their sample indices in the held-out layout) -> decoded outputs
+OutputFn = Callable[[list[str], slice], Any]
+
+
+def flow_outputs(
+    policy: Any,
+    prompts: list[str],
+    samples_per_prompt: int,
+    seed: int,
+    num_steps: int,
+    shift: float | None = None,
+    guidance_scale: float = 1.0,
+) -> OutputFn:
+    """Held-out outputs of a flow policy: deterministic ODE samples from the fixed-seed noise of
+    ``fixed_seed_batch``, decoded to images."""
+    _, noise = fixed_seed_batch(prompts, samples_per_prompt, policy.latent_shape, seed)
+
+    def outputs(chunk: list[str], index: slice) -> torch.Tensor:
+        latents = sample_ode(policy, chunk, noise[index], num_steps, shift, guidance_scale)
+        return policy.decode(latents)
+
+    return outputs
+
+
 @torch.no_grad()
 def evaluate(
     policy: Any,
@@ -70,35 +96,42 @@ def evaluate(
     *,
     samples_per_prompt: int,
     seed: int,
-    num_steps: int,
+    num_steps: int = 10,
     shift: float | None = None,
     guidance_scale: float = 1.0,
     batch_size: int = 256,
+    outputs_fn: OutputFn | None = None,
 ) -> EvalResult:
-    """Sample ``samples_per_prompt`` images per prompt and score them.
+    """Score ``samples_per_prompt`` held-out outputs per prompt.
 
-    The protocol is fixed so that numbers are comparable across runs and with the manifest of the
-    embedded assets: initial noise ``randn(P * S, *event, generator=manual_seed(seed))`` and
-    sample ``i`` conditioned on ``prompts[i % P]``.
+    The layout is fixed so that numbers are comparable across runs and with the manifest of the
+    embedded assets: sample ``i`` is conditioned on ``prompts[i % P]``. ``outputs_fn`` makes a
+    chunk's outputs (the algorithm's deterministic sampler); by default a flow policy's ODE
+    samples from ``randn(P * S, *event, generator=manual_seed(seed))``.
     """
-    all_prompts, noise = fixed_seed_batch(prompts, samples_per_prompt, policy.latent_shape, seed)
-    n = len(all_prompts)
-    images, score_chunks = [], []
+    if outputs_fn is None:
+        outputs_fn = flow_outputs(
+            policy, prompts, samples_per_prompt, seed, num_steps, shift, guidance_scale
+        )
+    n = len(prompts) * samples_per_prompt
+    all_prompts = [prompts[i % len(prompts)] for i in range(n)]
+    chunks, score_chunks = [], []
     for start in range(0, n, batch_size):
         chunk = all_prompts[start : start + batch_size]
-        x = sample_ode(
-            policy, chunk, noise[start : start + batch_size], num_steps, shift, guidance_scale
-        )
-        decoded = policy.decode(x)
-        images.append(decoded)
+        decoded = outputs_fn(chunk, slice(start, start + len(chunk)))
+        chunks.append(decoded)
         score_chunks.append(reward(decoded, chunk).scores)
     scores = {k: torch.cat([c[k] for c in score_chunks]) for k in score_chunks[0]}
     primary = scores[reward.name]
     per_prompt = {p: float(primary[i :: len(prompts)].mean()) for i, p in enumerate(prompts)}
+    if isinstance(chunks[0], torch.Tensor):
+        outputs: Any = torch.cat(chunks)
+    else:
+        outputs = [item for chunk in chunks for item in chunk]
     return EvalResult(
         reward=float(primary.mean()),
         per_prompt=per_prompt,
         scores={k: float(v.mean()) for k, v in scores.items()},
-        images=torch.cat(images),
+        outputs=outputs,
         prompts=all_prompts,
     )

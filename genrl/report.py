@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from genrl.evaluation import EvalResult
 from genrl.metrics import read_metrics
 from genrl.plots import save_reward_curve, save_sample_grid, save_side_by_side
@@ -26,17 +28,21 @@ class RunReport:
         verb = "resuming" if resumed else "writing"
         print(f"genrl: {verb} run {self.run_dir} (recipe {self.trainer.config.recipe})", flush=True)
 
-    def samples(self, result: EvalResult, name: str) -> None:
+    def samples(self, result: EvalResult, stem: str) -> None:
+        """``<stem>.png`` (a grid) for images, ``<stem>.md`` (a table) for texts."""
+        if not isinstance(result.outputs, torch.Tensor):
+            save_text_samples(result, self.run_dir / f"{stem}.md", self.trainer.reward.name)
+            return
         save_sample_grid(
-            result.images,
+            result.outputs,
             result.prompts,
-            self.run_dir / name,
+            self.run_dir / f"{stem}.png",
             num_prompts=self.trainer.config.logging.grid_prompts,
         )
 
     def finish(self, after: EvalResult, wall_seconds: float) -> dict[str, Any]:
         t = self.trainer
-        self.samples(after, "samples_after.png")
+        self.samples(after, "samples_after")
         before_png = self.run_dir / "samples_before.png"
         if before_png.is_file():
             save_side_by_side(
@@ -79,6 +85,15 @@ class RunReport:
             flush=True,
         )
         return summary
+
+
+def save_text_samples(result: EvalResult, path: Path, name: str, limit: int = 50) -> None:
+    """The first ``limit`` held-out texts with their prompts, as a Markdown table."""
+    lines = [f"| prompt | output | mean {name} of the prompt |", "|---|---|---|"]
+    for prompt, text in list(zip(result.prompts, result.outputs, strict=True))[:limit]:
+        cells = [c.replace("|", "\\|").replace("\n", " ") for c in (prompt, text)]
+        lines.append(f"| {cells[0]} | {cells[1]} | {result.per_prompt[prompt]:.3f} |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def before_after_table(before: dict[str, float], after: dict[str, float], name: str) -> str:

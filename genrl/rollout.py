@@ -119,3 +119,44 @@ class FlowTransitions(Batch):
     def condition(self) -> dict[str, torch.Tensor]:
         """``[U, ...]`` prompt encodings of these transitions."""
         return self.conditions.rows(self.rows)
+
+
+@dataclass
+class TokenRollout(Batch):
+    """Sampled completions of a token policy; also its training unit (one row per sequence).
+
+    Attributes:
+        prompts: ``N`` prompt strings.
+        completions: ``N`` decoded completions (special tokens dropped).
+        group_ids: ``[N]`` long group ids (unique per iteration across processes).
+        input_ids: ``[N, P + T]`` prompt (left-padded to ``P``) then completion (right-padded).
+        attention_mask: ``[N, P + T]`` 1 on real tokens.
+        completion_mask: ``[N, T]`` bool, the completion tokens that are trained (up to and
+            including the end token; truncated by stop strings).
+        old_log_probs: ``[N, T]`` float32 log-probs of the completion tokens under the policy
+            that sampled them, recomputed by a full forward (0 outside the mask).
+        ref_log_probs: ``[N, T]`` under the reference policy, or ``[N, 0]`` when no KL is used.
+        finished: ``[N]`` bool, the completion ended with an end token (not cut at the limit).
+        advantages: ``[N]`` float32, filled after rewards.
+    """
+
+    prompts: list[str]
+    completions: list[str]
+    group_ids: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    old_log_probs: torch.Tensor
+    ref_log_probs: torch.Tensor
+    finished: torch.Tensor
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    @property
+    def completion_start(self) -> int:
+        """Column ``P`` where every completion starts."""
+        return self.input_ids.shape[1] - self.completion_mask.shape[1]
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        """``[N]`` number of trained completion tokens."""
+        return self.completion_mask.sum(dim=1)

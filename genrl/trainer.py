@@ -159,7 +159,8 @@ class Trainer:
 
         # 3. Rewards, gathered so that every group is whole.
         outputs = self.algorithm.final_outputs(self.policy, rollout)
-        scores = gather_scores(self.reward(outputs, local_prompts).scores, acc)
+        metadata = self.algorithm.reward_metadata(rollout)
+        scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
         rewards = scores[self.reward.name]
         t_reward = time.perf_counter()
 
@@ -211,17 +212,22 @@ class Trainer:
         cfg = self.config
         self.policy.module.eval()
         context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+        prompts, per_prompt = self.prompts.eval, cfg.eval.samples_per_prompt
+        outputs_fn = self.algorithm.evaluation_outputs(
+            self.policy, prompts, per_prompt, cfg.eval.seed
+        )
         with context:
             return evaluate(
                 self.policy,
                 self.reward,
-                self.prompts.eval,
-                samples_per_prompt=cfg.eval.samples_per_prompt,
+                prompts,
+                samples_per_prompt=per_prompt,
                 seed=cfg.eval.seed,
                 num_steps=cfg.eval.num_steps,
                 shift=cfg.sampler.shift,
                 guidance_scale=cfg.sampler.guidance_scale,
                 batch_size=cfg.eval.batch_size,
+                outputs_fn=outputs_fn,
             )
 
     def export(self, directory: Path) -> Path | None:
@@ -315,7 +321,7 @@ class Trainer:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)
             if report is not None and writer is not None:
-                report.samples(before, "samples_before.png")
+                report.samples(before, "samples_before")
                 writer.write(0, {"eval/reward": before.reward})
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)

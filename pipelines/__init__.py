@@ -14,6 +14,8 @@ POLICIES: dict[str, Any] = {
     "sd3": "pipelines.sd3:SD3Policy",
     "flux": "pipelines.flux:FluxPolicy",
     "sana": "pipelines.sana:SanaPolicy",
+    # Token policies.
+    "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
 }
 
 

@@ -1,8 +1,11 @@
-"""The flow-policy adapter contract shared by every flow-matching model family.
+"""Adapter contracts: what every trainable policy shares, and the flow-policy contract.
 
-An adapter wraps a real model (or the embedded toy) and exposes what algorithms need: prompt
-encoding, velocity prediction with optional classifier-free guidance, decoding to images, the
-trainable parameters (LoRA through peft, or all), a reference-policy context, and saving.
+``TrainablePolicy`` holds what does not depend on the modality: the trainable parameters (LoRA
+through peft, or all of them), the reference-policy context (adapter disabled, or a frozen copy
+under full fine-tuning), state dicts for checkpoints, and export. ``FlowPolicy`` adds what
+flow-matching algorithms need: prompt encoding, velocity with optional classifier-free guidance,
+the noise schedule and decoding to images. Token policies (``pipelines/causal_lm.py``) derive from
+``TrainablePolicy`` too.
 """
 
 from __future__ import annotations
@@ -24,15 +27,11 @@ def cat_conditions(a: Condition, b: Condition) -> Condition:
     return {k: torch.cat([a[k], b[k]]) for k in a}
 
 
-class FlowPolicy(abc.ABC):
-    """Base adapter. Subclasses set ``self.module`` (the trainable network, possibly peft-wrapped)
-    and implement ``encode_prompts``, ``null_condition``, ``forward_model`` and ``decode``.
+class TrainablePolicy:
+    """Base of every adapter. Subclasses set ``self.network`` (the model, later peft-wrapped) and
+    ``self.module`` (what the trainer hands to ``accelerator.prepare``; afterwards possibly a DDP
+    wrapper, which is why the unwrapped model stays in ``self.network``)."""
 
-    ``self.module`` is what the trainer hands to ``accelerator.prepare``; after that it may be a
-    DDP wrapper, so the unwrapped network is kept in ``self.network``.
-    """
-
-    latent_shape: tuple[int, ...]
     module: nn.Module
     network: nn.Module
 
@@ -40,79 +39,10 @@ class FlowPolicy(abc.ABC):
         self._frozen_reference: nn.Module | None = None
         self._use_reference = False
 
-    # -- to implement ---------------------------------------------------------------------------
-    @abc.abstractmethod
-    def encode_prompts(self, prompts: list[str]) -> Condition:
-        """Encode prompts once; every tensor is ``[B, ...]``."""
-
-    @abc.abstractmethod
-    def null_condition(self, condition: Condition) -> Condition:
-        """The unconditional encoding matching ``condition``'s batch, for CFG."""
-
-    @abc.abstractmethod
-    def forward_model(
-        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
-    ) -> torch.Tensor:
-        """Velocity ``[B, *event]`` of ``module`` at noise level ``sigma`` ``[B]``."""
-
-    @abc.abstractmethod
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
-
-    # -- shared ---------------------------------------------------------------------------------
-    def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
-        """``[num_steps + 1]`` noise levels from 1 down to 0 for sampling.
-
-        ``shift=None`` means the model's own schedule; the base class has a linear one (shift
-        1). Adapters of real models override this to reproduce their pipeline's scheduler.
-        """
-        from samplers.schedules import flow_sigmas
-
-        return flow_sigmas(num_steps, 1.0 if shift is None else shift)
-
-    def export(self, directory: str | Path) -> Path:
-        """Save the trained weights for use outside genrl; returns the directory.
-
-        The base class writes the trainable parameters as one safetensors file; real-model
-        adapters save in their ecosystem's format (e.g. diffusers LoRA weights).
-        """
-        from safetensors.torch import save_file
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        save_file(self.trainable_state_dict(), str(directory / "trainable.safetensors"))
-        return directory
-
     @property
     def device(self) -> torch.device:
         """Where the network's parameters live (inputs are moved there)."""
         return next(self.network.parameters()).device
-
-    def velocity(
-        self,
-        latents: torch.Tensor,
-        sigma: torch.Tensor,
-        condition: Condition,
-        guidance_scale: float = 1.0,
-    ) -> torch.Tensor:
-        """Velocity with classifier-free guidance ``v_u + g * (v_c - v_u)`` when ``g != 1``.
-
-        Conditional and unconditional branches go through one batched forward; the unconditional
-        branch is detached so that gradients flow only through the conditional one (Flow-GRPO).
-        """
-        module = self._active_module()
-        if guidance_scale == 1.0:
-            return self.forward_model(module, latents, sigma, condition)
-        both = self.forward_model(
-            module,
-            torch.cat([latents, latents]),
-            torch.cat([sigma, sigma]),
-            cat_conditions(condition, self.null_condition(condition)),
-        )
-        # Guidance is combined in float32 so that a bf16 forward does not round the difference.
-        cond, uncond = both.float().chunk(2)
-        uncond = uncond.detach()
-        return uncond + guidance_scale * (cond - uncond)
 
     def _active_module(self) -> nn.Module:
         if self._use_reference and self._frozen_reference is not None:
@@ -181,3 +111,79 @@ class FlowPolicy(abc.ABC):
         with torch.no_grad():
             for n, value in state.items():
                 params[n].copy_(value)
+
+    def export(self, directory: str | Path) -> Path:
+        """Save the trained weights for use outside genrl; returns the directory.
+
+        The base class writes the trainable parameters as one safetensors file; real-model
+        adapters save in their ecosystem's format (e.g. diffusers LoRA weights).
+        """
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_file(self.trainable_state_dict(), str(directory / "trainable.safetensors"))
+        return directory
+
+
+class FlowPolicy(TrainablePolicy, abc.ABC):
+    """Flow-matching adapter: subclasses implement ``encode_prompts``, ``null_condition``,
+    ``forward_model`` and ``decode`` and set ``latent_shape``."""
+
+    latent_shape: tuple[int, ...]
+
+    # -- to implement ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode_prompts(self, prompts: list[str]) -> Condition:
+        """Encode prompts once; every tensor is ``[B, ...]``."""
+
+    @abc.abstractmethod
+    def null_condition(self, condition: Condition) -> Condition:
+        """The unconditional encoding matching ``condition``'s batch, for CFG."""
+
+    @abc.abstractmethod
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        """Velocity ``[B, *event]`` of ``module`` at noise level ``sigma`` ``[B]``."""
+
+    @abc.abstractmethod
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
+
+    # -- shared ---------------------------------------------------------------------------------
+    def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
+        """``[num_steps + 1]`` noise levels from 1 down to 0 for sampling.
+
+        ``shift=None`` means the model's own schedule; the base class has a linear one (shift
+        1). Adapters of real models override this to reproduce their pipeline's scheduler.
+        """
+        from samplers.schedules import flow_sigmas
+
+        return flow_sigmas(num_steps, 1.0 if shift is None else shift)
+
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor,
+        condition: Condition,
+        guidance_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """Velocity with classifier-free guidance ``v_u + g * (v_c - v_u)`` when ``g != 1``.
+
+        Conditional and unconditional branches go through one batched forward; the unconditional
+        branch is detached so that gradients flow only through the conditional one (Flow-GRPO).
+        """
+        module = self._active_module()
+        if guidance_scale == 1.0:
+            return self.forward_model(module, latents, sigma, condition)
+        both = self.forward_model(
+            module,
+            torch.cat([latents, latents]),
+            torch.cat([sigma, sigma]),
+            cat_conditions(condition, self.null_condition(condition)),
+        )
+        # Guidance is combined in float32 so that a bf16 forward does not round the difference.
+        cond, uncond = both.float().chunk(2)
+        uncond = uncond.detach()
+        return uncond + guidance_scale * (cond - uncond)

@@ -144,6 +144,20 @@ class Algorithm(abc.ABC):
     def loss(self, policy: Any, minibatch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """Phase 5: the scalar loss of a minibatch of units, with metrics."""
 
+    def reward_metadata(self, rollout: Batch) -> list[dict[str, Any]] | None:
+        """Per-sample extras handed to the reward models (TRL's ``**columns``), e.g. completion
+        lengths for an overlong penalty; None when there are none."""
+        del rollout
+        return None
+
+    def evaluation_outputs(
+        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+    ) -> Callable[[list[str], slice], Any] | None:
+        """How held-out outputs are made (``genrl.evaluation.evaluate``'s ``outputs_fn``); None
+        uses the flow default, deterministic ODE samples from fixed-seed noise."""
+        del policy, prompts, samples_per_prompt, seed
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """State that must survive a resume (e.g. reward statistics)."""
         return {}

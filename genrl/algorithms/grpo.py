@@ -1,0 +1,225 @@
+"""The GRPO family for token policies: GRPO, Dr.GRPO, DAPO's loss, GSPO and RLOO.
+
+Shao et al., "DeepSeekMath" (2024), eq. 3: sample a group of completions per prompt, normalise
+each reward within its group, and maximise the PPO-clipped objective of every completion token,
+optionally with a KL to the reference policy:
+
+    A_i = (r_i - mean_g r) / (std_g r + eps)
+    L = agg_{i,t} max(-A_i rho_{i,t}, -A_i clip(rho_{i,t}, 1 - eps_low, 1 + eps_high))
+        + beta * agg_{i,t} KL_k3(pi_theta || pi_ref)_{i,t},      rho = pi_theta / pi_old.
+
+The variants are settings of one config: Dr.GRPO (Liu et al. 2025) = ``std_mode=none`` with the
+``constant`` aggregation; DAPO's loss (Yu et al. 2025) = ``clip_range_high=0.28`` with the
+``token_mean`` aggregation and the overlong penalty reward; GSPO (Zheng et al. 2025) =
+``ratio_level=sequence``; RLOO (Ahmadian et al. 2024) = ``advantage=rloo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from genrl.advantages import clip_advantages, group_advantages, rloo_advantages
+from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
+from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, aggregate, token_kl
+from genrl.overrides import ConfigError
+from genrl.rollout import TokenRollout
+from samplers.autoregressive import TokenSampler
+
+
+@dataclass
+class GRPOConfig(AlgorithmConfig):
+    name: str = "grpo"
+    """Registry name."""
+    clip_range: float = 0.2
+    """PPO epsilon, low side (and high side unless set); GRPO 0.2, GSPO 3e-4."""
+    clip_range_high: float | None = None
+    """Upper epsilon (DAPO clip-higher: 0.28; GSPO: 4e-4); None = ``clip_range``."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """``token`` (GRPO/DAPO) or ``sequence`` (GSPO: one length-normalised ratio per answer)."""
+    aggregation: Literal["sequence_mean", "token_mean", "constant"] = "sequence_mean"
+    """Loss reduction over tokens: per-sequence mean (GRPO), mean over all tokens of the
+    minibatch (DAPO), or token sum / (B * max_new_tokens) (Dr.GRPO)."""
+    advantage: Literal["group", "rloo"] = "group"
+    """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out."""
+    std_mode: Literal["group", "global", "none"] = "group"
+    """Divide by the group's reward std (GRPO), the batch's (``global``) or nothing (Dr.GRPO)."""
+    kl_beta: float = 0.0
+    """Weight of the KL to the reference (DeepSeekMath 0.04; TRL and DAPO 0). 0 skips the
+    reference forward entirely."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimator (Schulman's k3 is GRPO's)."""
+    advantage_clip: float | None = None
+    """Clamp advantages to +-this; None disables."""
+
+    def validate(self, train_config: Any = None) -> None:
+        if self.clip_range <= 0 or (self.clip_range_high is not None and self.clip_range_high <= 0):
+            raise ConfigError("algorithm.clip_range and clip_range_high must be positive")
+        if self.kl_beta < 0:
+            raise ConfigError(f"algorithm.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"algorithm.aggregation must be one of {AGGREGATIONS}")
+        if train_config is not None:
+            if train_config.generation.temperature <= 0:
+                raise ConfigError(
+                    "generation.temperature must be > 0 for GRPO: greedy rollouts give every "
+                    "member of a group the same answer, hence zero advantages"
+                )
+            if train_config.train.group_size < 2:
+                raise ConfigError("train.group_size must be >= 2: GRPO compares answers in a group")
+
+
+@register_algorithm("grpo")
+class GRPO(Algorithm):
+    Config = GRPOConfig
+    config: GRPOConfig
+
+    def __init__(self, config: GRPOConfig, train_config: Any) -> None:
+        super().__init__(config, train_config)
+        g = train_config.generation
+        self.sampler = TokenSampler(g.temperature, g.top_k, g.top_p)
+        self.eval_sampler = TokenSampler(g.eval_temperature)
+        self.surrogate = TokenClippedSurrogate(
+            config.clip_range,
+            config.clip_range_high,
+            level=config.ratio_level,
+            aggregation=config.aggregation,
+            max_length=g.max_new_tokens,
+        )
+
+    # -- rollout ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def collect(
+        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> TokenRollout:
+        g = self.train_config.generation
+        prompt_ids, prompt_mask = policy.encode_prompts(prompts)
+        generator = _device_generator(noise, policy.device)
+        out = policy.generate(prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator)
+        mask = out.mask
+        if g.stop_strings:
+            mask = policy.cut_at_stop_strings(out.tokens, mask, g.stop_strings)
+        input_ids = torch.cat([prompt_ids, out.tokens], dim=1)
+        attention = torch.cat([prompt_mask, out.mask.long()], dim=1)
+        start = prompt_ids.shape[1]
+        # Old log-probs from a full forward, the computation training repeats (the sampler's
+        # incremental ones differ in the last bits): the first update is then exactly on-policy.
+        old = self._score(policy, input_ids, attention, start, mask)
+        ref = torch.zeros(len(prompts), 0, device=old.device)
+        if self.config.kl_beta > 0:
+            with policy.reference():
+                ref = self._score(policy, input_ids, attention, start, mask)
+        return TokenRollout(
+            prompts=list(prompts),
+            completions=policy.decode(out.tokens, mask),
+            group_ids=group_ids,
+            input_ids=input_ids,
+            attention_mask=attention,
+            completion_mask=mask,
+            old_log_probs=old,
+            ref_log_probs=ref,
+            finished=out.finished,
+            advantages=torch.zeros(len(prompts), device=old.device),
+        )
+
+    def _score(
+        self,
+        policy: Any,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        start: int,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        size = self.train_config.train.minibatch_size
+        chunks = [
+            policy.token_log_probs(
+                input_ids[i : i + size], attention[i : i + size], start, self.sampler
+            )
+            for i in range(0, len(input_ids), size)
+        ]
+        return torch.cat(chunks) * mask
+
+    def final_outputs(self, policy: Any, rollout: TokenRollout) -> list[str]:
+        del policy
+        return rollout.completions
+
+    def reward_metadata(self, rollout: TokenRollout) -> list[dict[str, Any]]:
+        lengths = rollout.completion_lengths.tolist()
+        finished = rollout.finished.tolist()
+        return [
+            {"completion_length": int(n), "finished": bool(f)}
+            for n, f in zip(lengths, finished, strict=True)
+        ]
+
+    # -- advantages and loss -----------------------------------------------------------------------
+    def advantages(
+        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+    ) -> torch.Tensor:
+        del prompts
+        if self.config.advantage == "rloo":
+            advantages = rloo_advantages(rewards, group_ids)
+        else:
+            advantages = group_advantages(rewards, group_ids, std_mode=self.config.std_mode)
+        return clip_advantages(advantages, self.config.advantage_clip)
+
+    def training_units(self, rollout: TokenRollout, noise: RolloutNoise) -> TokenRollout:
+        del noise
+        return rollout
+
+    def loss(self, policy: Any, minibatch: TokenRollout) -> tuple[torch.Tensor, dict[str, float]]:
+        mb = minibatch
+        log_probs = policy.token_log_probs(
+            mb.input_ids, mb.attention_mask, mb.completion_start, self.sampler
+        )
+        loss, metrics = self.surrogate(
+            log_probs, mb.old_log_probs, mb.advantages, mb.completion_mask
+        )
+        metrics["policy_loss"] = float(loss.detach())
+        if self.config.kl_beta > 0:
+            kl = token_kl(log_probs, mb.ref_log_probs, self.config.kl_estimator)
+            kl_term = aggregate(
+                kl,
+                mb.completion_mask,
+                self.config.aggregation,
+                self.train_config.generation.max_new_tokens,
+            )
+            loss = loss + self.config.kl_beta * kl_term
+            metrics["kl"] = float(kl_term.detach())
+        with torch.no_grad():
+            mask = mb.completion_mask.float()
+            metrics["completion_length"] = float(mask.sum(1).mean())
+            metrics["truncated_fraction"] = float((~mb.finished).float().mean())
+        return loss, metrics
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def evaluation_outputs(
+        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+    ) -> Any:
+        """Held-out completions at ``generation.eval_temperature`` (greedy by default), with a
+        generator seeded from ``eval.seed`` and the chunk's position when sampling."""
+        g = self.train_config.generation
+
+        def outputs(chunk: list[str], index: slice) -> list[str]:
+            prompt_ids, prompt_mask = policy.encode_prompts(chunk)
+            generator = torch.Generator(policy.device).manual_seed(seed * 100_003 + index.start)
+            out = policy.generate(
+                prompt_ids, prompt_mask, self.eval_sampler, g.max_new_tokens, generator
+            )
+            mask = out.mask
+            if g.stop_strings:
+                mask = policy.cut_at_stop_strings(out.tokens, mask, g.stop_strings)
+            return policy.decode(out.tokens, mask)
+
+        return outputs
+
+
+def _device_generator(noise: RolloutNoise, device: torch.device) -> torch.Generator:
+    """A generator for this process's slice of this iteration's rollout.
+
+    Token sampling draws on the device, so the draw depends on the process layout (like
+    ``train.noise_layout=local``); it is still exactly reproducible on resume.
+    """
+    seed = int(torch.randint(2**62, (1,), generator=noise.generator(31_337 + noise.local.start)))
+    return torch.Generator(device).manual_seed(seed)

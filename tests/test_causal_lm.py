@@ -1,0 +1,222 @@
+"""The causal-LM adapter and GRPO on a tiny random Qwen3 saved to disk and loaded back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+
+from genrl.algorithms.grpo import GRPOConfig
+from genrl.config import (
+    EvalConfig,
+    GenerationConfig,
+    LoggingConfig,
+    OptimConfig,
+    PolicyConfig,
+    PromptConfig,
+    RewardSpec,
+    TrainConfig,
+    TrainLoopConfig,
+)
+from pipelines import build_policy
+from reward_models import REWARDS, RewardModel, RewardOutput
+from samplers.autoregressive import TokenSampler
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 +-*/=().,?")
+
+
+def save_tiny_lm(directory: Path) -> Path:
+    """A 2-layer Qwen3 with a character-level tokenizer, saved like a hub checkpoint."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", *CHARS])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>"
+    )
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    Qwen3ForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_lm(tmp_path_factory.mktemp("lm"))
+
+
+class CountLetterA(RewardModel):
+    """Share of the letter 'a' in a completion: a reward a tiny random LM can learn."""
+
+    name = "letter_a"
+    seen_metadata: ClassVar[list] = []
+
+    def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
+        del prompts
+        CountLetterA.seen_metadata.append(metadata)
+        values = [t.count("a") / max(len(t), 1) for t in outputs]
+        return RewardOutput({self.name: torch.tensor(values)})
+
+
+def lm_config(tmp_path: Path, lm_dir: Path, **algorithm) -> TrainConfig:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("say a\nsay b\nwrite 12\nwrite 3+4\n")
+    return TrainConfig(
+        recipe="tiny_lm",
+        output_dir=str(tmp_path / "run"),
+        policy=PolicyConfig(name="causal_lm", pretrained=str(lm_dir), lora_rank=4),
+        generation=GenerationConfig(max_new_tokens=8, temperature=1.0),
+        reward=[RewardSpec(name="letter_a")],
+        algorithm=GRPOConfig(**algorithm),
+        prompts=PromptConfig(dataset=str(prompts)),
+        train=TrainLoopConfig(
+            iterations=2, prompts_per_iteration=2, group_size=4, minibatch_size=4
+        ),
+        optim=OptimConfig(lr=5e-2),
+        eval=EvalConfig(samples_per_prompt=1, batch_size=4),
+        logging=LoggingConfig(tensorboard=False, progress_bar=False, log_every=1000),
+    )
+
+
+def test_generation_log_probs_match_a_full_forward(lm_dir: Path) -> None:
+    policy = build_policy("causal_lm", pretrained=str(lm_dir))
+    ids, mask = policy.encode_prompts(["say a", "write 3+4 now"])
+    assert ids.shape[0] == 2 and bool((mask[0, 0] == 0) & (mask[1, 0] == 1))  # left padding
+    sampler = TokenSampler(temperature=1.0)
+    out = policy.generate(ids, mask, sampler, 6, torch.Generator().manual_seed(0))
+    full_ids = torch.cat([ids, out.tokens], 1)
+    attention = torch.cat([mask, out.mask.long()], 1)
+    rescored = policy.token_log_probs(full_ids, attention, ids.shape[1], sampler)
+    # Cached incremental decoding and one full forward agree up to float rounding.
+    assert torch.allclose(rescored * out.mask, out.log_probs, atol=1e-5)
+    finished_rows = out.finished.nonzero().flatten().tolist()
+    for row in finished_rows:  # the end token is kept and nothing after it is trained
+        last = int(out.mask[row].sum()) - 1
+        assert int(out.tokens[row, last]) in policy.eos_token_ids
+
+
+def test_stop_strings_cut_the_trained_tokens(lm_dir: Path) -> None:
+    policy = build_policy("causal_lm", pretrained=str(lm_dir))
+    ids = torch.tensor([[policy.tokenizer.convert_tokens_to_ids(c) for c in "ab=cd"]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    cut = policy.cut_at_stop_strings(ids, mask, ["="])
+    assert cut.tolist() == [[True, True, True, False, False]]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"ratio_level": "sequence", "clip_range": 3e-4, "clip_range_high": 4e-4},
+        {"aggregation": "token_mean", "clip_range_high": 0.28, "kl_beta": 0.04},
+        {"advantage": "rloo", "aggregation": "constant", "std_mode": "none"},
+    ],
+    ids=["grpo", "gspo", "dapo_kl", "rloo_drgrpo"],
+)
+def test_two_grpo_steps_train(tmp_path: Path, lm_dir: Path, monkeypatch, variant: dict) -> None:
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    trainer = Trainer(lm_config(tmp_path, lm_dir, **variant))
+    params = {
+        n: p.detach().clone()
+        for n, p in trainer.policy.network.named_parameters()
+        if p.requires_grad
+    }
+    first = trainer.train_iteration()
+    assert first["loss/first_minibatch_ratio_deviation"] == 0.0
+    trainer.train_iteration()
+    after = dict(trainer.policy.network.named_parameters())
+    changed = [n for n, p in params.items() if not torch.equal(p, after[n])]
+    assert len(changed) >= 0.9 * len(params)
+    if variant.get("kl_beta"):
+        assert "loss/kl" in first
+    # Rollout rewards see the completion lengths (TRL's extra columns).
+    assert any(m and "completion_length" in m[0] for m in CountLetterA.seen_metadata)
+
+
+def test_full_fine_tune_and_export_round_trip(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    config = lm_config(tmp_path, lm_dir)
+    config.policy.lora_rank = 0
+    trainer = Trainer(config)
+    trainer.train_iteration()
+    out = trainer.export(tmp_path / "export")
+    loaded = AutoModelForCausalLM.from_pretrained(str(out))
+    ids = torch.tensor([[3, 4, 5, 6]])
+    ours = trainer.policy.network(input_ids=ids).logits
+    assert torch.allclose(loaded(input_ids=ids).logits, ours, atol=1e-6)
+    base = AutoModelForCausalLM.from_pretrained(str(lm_dir))
+    assert not torch.allclose(base(input_ids=ids).logits, ours, atol=1e-6)
+
+
+def test_lora_export_loads_with_peft(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    trainer = Trainer(lm_config(tmp_path, lm_dir))
+    trainer.train_iteration()
+    out = trainer.export(tmp_path / "export")
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(lm_dir)), str(out))
+    ids = torch.tensor([[3, 4, 5, 6]])
+    ours = trainer.policy.network(input_ids=ids).logits
+    assert torch.allclose(loaded(input_ids=ids).logits, ours, atol=1e-6)
+    with trainer.policy.reference():  # adapter disabled = the base model
+        base = AutoModelForCausalLM.from_pretrained(str(lm_dir))(input_ids=ids).logits
+        assert torch.allclose(trainer.policy.network(input_ids=ids).logits, base, atol=1e-6)
+
+
+def test_text_evaluation_and_report(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    config = lm_config(tmp_path, lm_dir)
+    config.train.iterations = 1
+    summary = Trainer(config).train()
+    run = Path(config.output_dir)
+    assert (run / "samples_before.md").is_file() and (run / "samples_after.md").is_file()
+    assert summary["heldout_samples"] == 4
+    # Greedy held-out decoding is deterministic.
+    trainer = Trainer(config)
+    assert trainer.evaluate().outputs == trainer.evaluate().outputs
+
+
+def test_bad_settings_are_rejected(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
+    from genrl.overrides import ConfigError
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    config = lm_config(tmp_path, lm_dir)
+    config.generation.temperature = 0.0
+    with pytest.raises(ConfigError, match="temperature"):
+        config.validate()
+    config = lm_config(tmp_path, lm_dir)
+    config.train.group_size = 1
+    with pytest.raises(ConfigError, match="group_size"):
+        config.validate()
+    with pytest.raises(ValueError, match="cannot load"):
+        build_policy("causal_lm", pretrained=str(tmp_path / "missing"))

@@ -1,0 +1,87 @@
+"""Token losses, aggregations and RLOO against hand-computed numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from genrl.advantages import rloo_advantages
+from genrl.losses import TokenClippedSurrogate, aggregate
+
+VALUES = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+MASK = torch.tensor([[True, True, False], [True, False, False]])
+
+
+def test_aggregations() -> None:
+    assert float(aggregate(VALUES, MASK, "sequence_mean")) == pytest.approx((1.5 + 4.0) / 2)
+    assert float(aggregate(VALUES, MASK, "token_mean")) == pytest.approx(7 / 3)
+    assert float(aggregate(VALUES, MASK, "constant", max_length=4)) == pytest.approx(7 / 8)
+    with pytest.raises(ValueError, match="max_length"):
+        aggregate(VALUES, MASK, "constant")
+    # A row without tokens adds 0 and still counts as a sequence.
+    empty = torch.tensor([[True, True, False], [False, False, False]])
+    assert float(aggregate(VALUES, empty, "sequence_mean")) == pytest.approx(0.75)
+
+
+def _pair(ratios: list[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    old = torch.zeros(1, len(ratios))
+    new = torch.log(torch.tensor([ratios]))
+    return new, old, torch.ones(1, len(ratios), dtype=torch.bool)
+
+
+def test_token_level_clipping_by_hand() -> None:
+    new, old, mask = _pair([1.5, 0.5])
+    loss_fn = TokenClippedSurrogate(0.2)
+    # A = +1: token 1 clipped to 1.2 -> -1.2; token 2 keeps -0.5 (pessimistic max).
+    loss, metrics = loss_fn(new, old, torch.tensor([1.0]), mask)
+    assert float(loss) == pytest.approx((-1.2 - 0.5) / 2)
+    assert metrics["clip_fraction"] == pytest.approx(0.5)
+    assert metrics["ratio_max"] == pytest.approx(1.5)
+    # A = -1: token 1 keeps 1.5, token 2 clipped to 0.8.
+    loss, _ = loss_fn(new, old, torch.tensor([-1.0]), mask)
+    assert float(loss) == pytest.approx((1.5 + 0.8) / 2)
+    # DAPO clip-higher: the upper bound moves to 1.28.
+    loss, _ = TokenClippedSurrogate(0.2, 0.28)(new, old, torch.tensor([1.0]), mask)
+    assert float(loss) == pytest.approx((-1.28 - 0.5) / 2)
+
+
+def test_sequence_level_ratio_is_gspo() -> None:
+    new, old, mask = _pair([1.5, 0.5])
+    loss, metrics = TokenClippedSurrogate(0.2, level="sequence")(
+        new, old, torch.tensor([1.0]), mask
+    )
+    ratio = math.sqrt(1.5 * 0.5)  # exp(mean log-ratio) = geometric mean
+    assert float(loss) == pytest.approx(-ratio)
+    assert metrics["ratio_mean"] == pytest.approx(ratio)
+    # With a tight GSPO range the same sequence is clipped at 1 - 3e-4.
+    loss, _ = TokenClippedSurrogate(3e-4, 4e-4, level="sequence")(
+        new, old, torch.tensor([-1.0]), mask
+    )
+    assert float(loss) == pytest.approx(1 - 3e-4)
+
+
+def test_masked_tokens_do_not_count() -> None:
+    new, old, _ = _pair([1.5, 0.5, 3.0])
+    mask = torch.tensor([[True, True, False]])
+    a, _ = TokenClippedSurrogate(0.2)(new, old, torch.tensor([1.0]), mask)
+    b, _ = TokenClippedSurrogate(0.2)(new[:, :2], old[:, :2], torch.tensor([1.0]), mask[:, :2])
+    assert float(a) == pytest.approx(float(b))
+
+
+def test_shape_errors() -> None:
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        TokenClippedSurrogate(0.2)(torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
+    with pytest.raises(ValueError, match="advantages"):
+        TokenClippedSurrogate(0.2)(
+            torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3)
+        )
+
+
+def test_rloo_by_hand() -> None:
+    rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 7.0])
+    groups = torch.tensor([0, 0, 0, 1, 2])
+    # Group 0: r_i - mean of the other two; groups of one have no baseline.
+    expected = [1 - 2.5, 2 - 2.0, 3 - 1.5, 0.0, 0.0]
+    assert rloo_advantages(rewards, groups).tolist() == pytest.approx(expected)
