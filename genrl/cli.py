@@ -169,14 +169,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    import torch
+
     from genrl.evaluation import fixed_seed_batch, sample_ode
     from genrl.plots import save_sample_grid
 
     trainer = _trainer_for(args)
     if not hasattr(trainer.policy, "latent_shape"):
         raise ValueError(
-            "genrl sample draws image grids; for text policies use `genrl eval` (its run "
-            "directory holds the held-out completions)"
+            "genrl sample draws image grids; for text policies `genrl eval` scores the "
+            "held-out completions (a training run writes them to samples_after.md)"
         )
     prompts = args.prompt or trainer.prompts.eval
     policy, cfg = trainer.policy, trainer.config
@@ -184,11 +186,19 @@ def cmd_sample(args: argparse.Namespace) -> int:
     n = len(order)
     # Sample with the weights `genrl eval` scores: the EMA when the run keeps one.
     ema = trainer.ema.swapped_in() if trainer.ema is not None else contextlib.nullcontext()
+    size, chunks = cfg.eval.batch_size, []
     with ema:
-        latents = sample_ode(
-            policy, order, noise, cfg.eval.num_steps, cfg.sampler.shift, cfg.sampler.guidance_scale
-        )
-    images = policy.decode(latents)
+        for start in range(0, n, size):  # eval.batch_size samples at a time (memory)
+            latents = sample_ode(
+                policy,
+                order[start : start + size],
+                noise[start : start + size],
+                cfg.eval.num_steps,
+                cfg.sampler.shift,
+                cfg.sampler.guidance_scale,
+            )
+            chunks.append(policy.decode(latents))
+    images = torch.cat(chunks)
     scores = trainer.reward(images, order).scores[trainer.reward.name]
     save_sample_grid(
         images, order, Path(args.out), num_prompts=len(prompts), per_prompt=args.num_per_prompt

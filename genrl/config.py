@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import AlgorithmConfig
@@ -33,7 +33,7 @@ class PolicyConfig:
     stay float32. Anything but float32 needs ``train.mixed_precision`` (autocast)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     """Adapter-specific settings, e.g. ``{"height": 512, "width": 512}`` for diffusers models
     (``genrl list`` names each adapter; its docstring lists the keys)."""
 
@@ -65,7 +65,8 @@ class SamplerConfig:
     first step towards the last by ``sde_window_stride`` every ``sde_window_shift_every``
     iterations (MixGRPO)."""
     sde_window_range: list[int] | None = None
-    """``[first, last]`` allowed window starts for ``random``; None allows every start."""
+    """``[first, last)``: the steps a random window lies within (Flow-GRPO-Fast:
+    ``[0, num_steps // 2]``); None allows every position."""
     sde_window_stride: int = 1
     """Steps the progressive window advances per shift."""
     sde_window_shift_every: int = 25
@@ -291,6 +292,11 @@ class TrainConfig:
 
         if s.name not in SAMPLERS:
             raise ConfigError(unknown_message(s.name, list(SAMPLERS), "sampler.name", value=True))
+        low, high = getattr(SAMPLERS[s.name], "noise_level_range", (0.0, float("inf")))
+        if not low <= s.noise_level <= high:
+            raise ConfigError(
+                f"sampler.noise_level must lie in [{low}, {high}] for {s.name}, got {s.noise_level}"
+            )
         if not getattr(SAMPLERS[s.name], "stochastic", False):
             stochastic = [n for n, c in SAMPLERS.items() if getattr(c, "stochastic", False)]
             raise ConfigError(
@@ -328,14 +334,20 @@ class TrainConfig:
             )
         if s.sde_window_stride < 1 or s.sde_window_shift_every < 1:
             raise ConfigError("sampler.sde_window_stride and sde_window_shift_every must be >= 1")
-        if s.sde_window_range is not None:
-            last_start = s.num_steps - max(s.sde_window_size, 1)
-            r = s.sde_window_range
-            if len(r) != 2 or not 0 <= r[0] <= r[1] <= last_start:
-                raise ConfigError(
-                    f"sampler.sde_window_range must be [first, last] with "
-                    f"0 <= first <= last <= {last_start} (num_steps - sde_window_size), got {r}"
-                )
+        if s.sde_window_range is None:
+            return
+        if s.sde_window_size == 0 or s.sde_window_schedule != "random":
+            raise ConfigError(
+                "sampler.sde_window_range applies to a random window only: set "
+                "sampler.sde_window_size > 0 and sde_window_schedule=random, or drop the range"
+            )
+        r = s.sde_window_range
+        if len(r) != 2 or not (r[0] >= 0 and r[0] + s.sde_window_size <= r[1] <= s.num_steps):
+            raise ConfigError(
+                f"sampler.sde_window_range must be [first, last) steps that hold the "
+                f"{s.sde_window_size}-step window within {s.num_steps} steps "
+                f"(0 <= first, first + {s.sde_window_size} <= last <= {s.num_steps}), got {r}"
+            )
 
 
 def algorithm_config(name: str) -> AlgorithmConfig:

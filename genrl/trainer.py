@@ -99,7 +99,15 @@ class Trainer:
             self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
         self.reward = CompositeReward(
             [
-                (_build(build_reward, spec.name, f"reward.{i}", **spec.kwargs), spec.weight)
+                (
+                    _build(
+                        build_reward,
+                        spec.name,
+                        f"reward.{i}",
+                        **_reward_options(spec, self.accelerator.device),
+                    ),
+                    spec.weight,
+                )
                 for i, spec in enumerate(config.reward)
             ]
         )
@@ -382,6 +390,20 @@ def _build(factory: Any, name: str, field: str, **kwargs: Any) -> Any:
         if "argument" not in str(err):
             raise
         raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
+
+
+def _reward_options(spec: Any, device: torch.device) -> dict[str, Any]:
+    """The spec's keyword arguments, plus ``device`` = this process's accelerator device when
+    the reward takes one and the spec leaves it unset (a GPU run scores on its own GPU)."""
+    import inspect
+
+    from reward_models import REWARDS, reward_class
+
+    kwargs = dict(spec.kwargs)
+    takes_device = spec.name in REWARDS and "device" not in kwargs
+    if takes_device and "device" in inspect.signature(reward_class(spec.name)).parameters:
+        kwargs["device"] = device
+    return kwargs
 
 
 def _policy_options(p: Any) -> dict[str, Any]:

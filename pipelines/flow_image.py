@@ -191,12 +191,14 @@ class FlowImagePolicy(FlowPolicy):
         return {k: v[index] for k, v in encoded.items()}
 
     def null_condition(self, condition: Condition) -> Condition:
-        if self._null is None:
+        """The negative prompt's encoding, computed once (and again if the model moved)."""
+        null = self._null
+        if null is None or next(iter(null.values())).device != self.device:
             self._place()
             with torch.no_grad():
-                self._null = self._encode_negative()
+                null = self._null = self._encode_negative()
         n = next(iter(condition.values())).shape[0]
-        return {k: v.to(self.device).expand(n, *v.shape[1:]) for k, v in self._null.items()}
+        return {k: v.expand(n, *v.shape[1:]) for k, v in null.items()}
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -254,8 +256,21 @@ class FlowImagePolicy(FlowPolicy):
         if "transformer_lora_adapter_metadata" in inspect.signature(save).parameters:
             # Keeps lora_alpha and the targets, so a loaded adapter has our scaling.
             kwargs["transformer_lora_adapter_metadata"] = _lora_metadata(config)
+        elif config.lora_alpha != config.r:
+            # Older diffusers load every adapter with alpha = r: fold our alpha / r into B.
+            scale = config.lora_alpha / config.r
+            state = {k: v * scale if ".lora_B." in k else v for k, v in state.items()}
+            kwargs["transformer_lora_layers"] = state
         save(str(directory), **kwargs)
         return directory
+
+
+def check_divisible(height: int, width: int, multiple: int, family: str = "this model") -> None:
+    """Raise a clear error when the image size does not fit the latent grid."""
+    if height % multiple or width % multiple:
+        raise ValueError(
+            f"height and width must be multiples of {multiple} for {family}, got {height}x{width}"
+        )
 
 
 def _module_device(module: nn.Module) -> torch.device:

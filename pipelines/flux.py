@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from pipelines.base import Condition
-from pipelines.flow_image import FlowImagePolicy
-from pipelines.sd3 import _check_divisible
+from pipelines.flow_image import FlowImagePolicy, check_divisible
 
 
 class FluxPolicy(FlowImagePolicy):
@@ -50,9 +49,8 @@ class FluxPolicy(FlowImagePolicy):
 
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
         factor = self.pipe.vae_scale_factor
-        _check_divisible(height, width, factor * 2, "FLUX (VAE factor x 2x2 packing)")
+        check_divisible(height, width, factor * 2, "FLUX (VAE factor x 2x2 packing)")
         channels = self.pipe.transformer.config.in_channels  # already 4x the VAE channels
-        self._latent_hw = (height // factor, width // factor)
         return ((height // factor // 2) * (width // factor // 2), channels)
 
     def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
@@ -77,7 +75,8 @@ class FluxPolicy(FlowImagePolicy):
         guidance = None
         if self.pipe.transformer.config.guidance_embeds:
             guidance = torch.full((n,), self.embedded_guidance, device=device)
-        h, w = self._latent_hw
+        factor = self.pipe.vae_scale_factor
+        h, w = self.height // factor, self.width // factor
         image_ids = self.pipe._prepare_latent_image_ids(n, h // 2, w // 2, device, dtype)
         embeds = condition["prompt_embeds"].to(dtype)
         text_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)

@@ -5,10 +5,11 @@ Condition: Gemma-2 token embeddings ``prompt_embeds [B, L, D]`` with their
 instruction" prefix, which the pipeline uses by default). The transformer takes
 ``timestep = 1000 * sigma * timestep_scale``.
 
-Released SANA checkpoints ship a flow DPM-Solver++ scheduler; rollouts here use Euler steps on
-the same flow-shifted sigmas (``FlowMatchEulerDiscreteScheduler`` with ``shift = flow_shift``),
-since the SDE samplers are Euler-Maruyama steps. With an Euler scheduler in the pipeline our ODE
-rollout reproduces ``pipe(...)``.
+Released SANA checkpoints ship a flow DPM-Solver++ scheduler. Rollouts here use Euler steps
+(the SDE samplers are Euler-Maruyama steps) on ``FlowMatchEulerDiscreteScheduler``'s grid with
+``shift = flow_shift``; DPM-Solver's own sigma grid differs (at 10 steps it ends ``0.43, 0.25, 0``
+against Euler's ``0.28, 0.009, 0``), so with a DPM scheduler ``pipe(...)`` is a different ODE
+solver. With an Euler scheduler in the pipeline our ODE rollout reproduces ``pipe(...)``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import torch
 from torch import nn
 
 from pipelines.base import Condition
-from pipelines.flow_image import FlowImagePolicy
-from pipelines.sd3 import _check_divisible
+from pipelines.flow_image import FlowImagePolicy, check_divisible
 
 
 class SanaPolicy(FlowImagePolicy):
@@ -68,7 +68,7 @@ class SanaPolicy(FlowImagePolicy):
 
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
         factor = self.pipe.vae_scale_factor
-        _check_divisible(height, width, factor * self.pipe.transformer.config.patch_size, "SANA")
+        check_divisible(height, width, factor * self.pipe.transformer.config.patch_size, "SANA")
         channels = self.pipe.transformer.config.in_channels
         return (channels, height // factor, width // factor)
 

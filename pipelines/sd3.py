@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pipelines.base import Condition
-from pipelines.flow_image import FlowImagePolicy
+from pipelines.flow_image import FlowImagePolicy, check_divisible
 
 
 class SD3Policy(FlowImagePolicy):
@@ -44,9 +44,31 @@ class SD3Policy(FlowImagePolicy):
         )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
+    def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
+        """``mu`` from the image token count when the scheduler shifts by resolution, as
+        ``StableDiffusion3Pipeline`` computes it."""
+        del num_steps
+        config = self.pipe.scheduler.config
+        if not config.get("use_dynamic_shifting", False):
+            return {}
+        from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3 import (
+            calculate_shift,
+        )
+
+        patch = self.pipe.transformer.config.patch_size
+        tokens = (self.latent_shape[1] // patch) * (self.latent_shape[2] // patch)
+        mu = calculate_shift(
+            tokens,
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.16),
+        )
+        return {"mu": mu}
+
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
         factor = self.pipe.vae_scale_factor
-        _check_divisible(height, width, factor * self.pipe.transformer.config.patch_size)
+        check_divisible(height, width, factor * self.pipe.transformer.config.patch_size)
         channels = self.pipe.transformer.config.in_channels
         return (channels, height // factor, width // factor)
 
@@ -67,10 +89,3 @@ class SD3Policy(FlowImagePolicy):
         config = self.pipe.vae.config
         latents = latents / config.scaling_factor + config.shift_factor
         return self.pipe.vae.decode(latents, return_dict=False)[0]
-
-
-def _check_divisible(height: int, width: int, multiple: int, family: Any = "this model") -> None:
-    if height % multiple or width % multiple:
-        raise ValueError(
-            f"height and width must be multiples of {multiple} for {family}, got {height}x{width}"
-        )

@@ -18,8 +18,8 @@ REWARDS: dict[str, Any] = {
 }
 
 
-def build_reward(name: str, **kwargs: Any) -> RewardModel:
-    """Instantiate the reward registered as ``name``."""
+def reward_class(name: str) -> Any:
+    """The class (or factory) registered as ``name``, imported on first use."""
     if name not in REWARDS:
         close = difflib.get_close_matches(name, list(REWARDS), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -28,7 +28,12 @@ def build_reward(name: str, **kwargs: Any) -> RewardModel:
     if isinstance(entry, str):
         module_name, cls_name = entry.split(":")
         entry = getattr(importlib.import_module(module_name), cls_name)
-    return entry(**kwargs)
+    return entry
+
+
+def build_reward(name: str, **kwargs: Any) -> RewardModel:
+    """Instantiate the reward registered as ``name``."""
+    return reward_class(name)(**kwargs)
 
 
 __all__ = [
@@ -39,4 +44,5 @@ __all__ = [
     "RewardModel",
     "RewardOutput",
     "build_reward",
+    "reward_class",
 ]

@@ -50,6 +50,8 @@ class FlowCPSSampler(GaussianFlowSampler):
             log-density).
     """
 
+    noise_level_range = (0.0, 1.0)  # the angle a pi / 2 must stay in [0, pi / 2]
+
     def __init__(
         self,
         sigmas: torch.Tensor,

@@ -258,3 +258,53 @@ def test_loader_errors_name_the_problem(pipeline_dirs, tmp_path: Path) -> None:
         build_policy("sd3", pretrained=str(pipeline_dirs["flux"]), **SIZE)
     with pytest.raises(ValueError, match="multiples of"):
         build_policy("sd3", pretrained=str(pipeline_dirs["sd3"]), height=30, width=32)
+
+
+def test_lora_export_without_adapter_metadata_folds_alpha(pipeline_dirs, tmp_path, monkeypatch):
+    """Diffusers before adapter metadata loads LoRA with alpha = r; the export then scales B by
+    alpha / r so that the stock pipeline still reproduces our samples."""
+    import diffusers
+    from safetensors.torch import load_file
+
+    from genrl.trainer import Trainer
+
+    trainer = Trainer(image_config(tmp_path, "sd3", pipeline_dirs["sd3"]))  # r 4, alpha 8
+    trainer.train_iteration()
+    policy = trainer.policy
+    with_metadata = load_file(
+        str(policy.export(tmp_path / "new") / "pytorch_lora_weights.safetensors")
+    )
+
+    original = diffusers.StableDiffusion3Pipeline.save_lora_weights.__func__
+
+    def legacy_save(cls, save_directory, transformer_lora_layers=None, **kwargs):
+        kwargs.pop("transformer_lora_adapter_metadata", None)
+        return original(
+            cls, save_directory, transformer_lora_layers=transformer_lora_layers, **kwargs
+        )
+
+    def legacy(save_directory, transformer_lora_layers=None):  # the old signature
+        return legacy_save(
+            diffusers.StableDiffusion3Pipeline, save_directory, transformer_lora_layers
+        )
+
+    monkeypatch.setattr(diffusers.StableDiffusion3Pipeline, "save_lora_weights", legacy)
+    folded = load_file(str(policy.export(tmp_path / "old") / "pytorch_lora_weights.safetensors"))
+    for key, value in with_metadata.items():
+        factor = 2.0 if ".lora_B." in key else 1.0
+        assert torch.allclose(folded[key], factor * value)
+
+
+def test_sana_with_its_dpm_solver_scheduler_samples_on_the_euler_flow_grid(pipeline_dirs):
+    """Released SANA ships DPM-Solver++ (flow sigmas, flow_shift); rollouts use Euler steps on
+    FlowMatchEulerDiscreteScheduler's grid with the same shift."""
+    from diffusers import DPMSolverMultistepScheduler, FlowMatchEulerDiscreteScheduler, SanaPipeline
+
+    pipe = SanaPipeline.from_pretrained(str(pipeline_dirs["sana"]))
+    pipe.scheduler = DPMSolverMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0
+    )
+    policy = build_policy("sana", pipeline=pipe, **family_kwargs("sana"))
+    euler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    euler.set_timesteps(10)
+    assert torch.equal(policy.sigma_schedule(10), euler.sigmas.float())

@@ -25,7 +25,7 @@ def test_progressive_window_slides_then_stays_at_the_end() -> None:
 def test_random_window_start_is_reproducible_and_in_range() -> None:
     def draw(seed: int) -> int:
         generator = torch.Generator().manual_seed(seed)
-        return sde_window_start(10, 2, "random", 0, generator, start_range=(1, 4))
+        return sde_window_start(10, 2, "random", 0, generator, window_range=(1, 6))
 
     starts = [draw(seed) for seed in range(200)]
     assert set(starts) == {1, 2, 3, 4}
@@ -38,7 +38,9 @@ def test_window_mask() -> None:
     with pytest.raises(ValueError, match="window_size"):
         sde_window_start(4, 5, "random", 0)
     with pytest.raises(ValueError, match="range"):
-        sde_window_start(4, 2, "random", 0, start_range=(0, 3))
+        sde_window_start(4, 2, "random", 0, window_range=(0, 5))
+    with pytest.raises(ValueError, match="range"):
+        sde_window_start(4, 3, "random", 0, window_range=(1, 3))
 
 
 def _trainer(tmp_path: Path, *overrides: str) -> Trainer:
@@ -58,7 +60,7 @@ def test_fast_rollout_shares_the_ode_prefix_within_a_group(tmp_path: Path) -> No
         tmp_path,
         "sampler.num_steps=6",
         "sampler.sde_window_size=2",
-        "sampler.sde_window_range=[2, 3]",
+        "sampler.sde_window_range=[2, 5]",
         "sampler.same_initial_noise=true",
     )
     calls: list[int] = []
@@ -82,17 +84,17 @@ def test_fast_rollout_shares_the_ode_prefix_within_a_group(tmp_path: Path) -> No
 
 
 def test_fast_rollout_equals_per_sample_ode_prefix(tmp_path: Path) -> None:
-    """Computing the prefix once per group gives bit-identical states to running every
-    sample (the sharing is an optimisation, not an approximation)."""
+    """Computing the prefix once per group gives the states of running every sample (the
+    sharing is an optimisation, not an approximation; batch size changes only the last bits)."""
     settings = (
         "sampler.num_steps=5",
         "sampler.sde_window_size=1",
         "sampler.same_initial_noise=true",
     )
-    trainer = _trainer(tmp_path, *settings, "sampler.sde_window_range=[3, 3]")
+    trainer = _trainer(tmp_path, *settings, "sampler.sde_window_range=[3, 4]")
     shared, _ = _collect(trainer)
     # Same noise, window at the start: every step runs for all samples.
-    unshared = _trainer(tmp_path, *settings, "sampler.sde_window_range=[0, 0]")
+    unshared = _trainer(tmp_path, *settings, "sampler.sde_window_range=[0, 1]")
     full, _ = _collect(unshared)
     assert torch.equal(shared.latents[:, 0], full.latents[:, 0])
     # Reference: the plain ODE from the shared initial noise, run for every sample.
@@ -128,7 +130,7 @@ def test_window_settings_are_validated(tmp_path: Path) -> None:
         tiny_config(tmp_path, "sampler.sde_window_size=9").validate()
     with pytest.raises(ConfigError, match="sde_window_range"):
         tiny_config(
-            tmp_path, "sampler.sde_window_size=2", "sampler.sde_window_range=[1, 3]"
+            tmp_path, "sampler.sde_window_size=2", "sampler.sde_window_range=[1, 2]"
         ).validate()
 
 
@@ -161,12 +163,47 @@ def test_cps_window_trains_every_window_step_when_it_cannot_reach_the_last_step(
     """CPS's last step is deterministic; a window that cannot reach it trains all its steps,
     one that can is planned for the worst case."""
     common = ("sampler.name=flow_cps", "sampler.num_steps=8", "sampler.sde_window_size=3")
-    inside = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 4]")
+    inside = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 7]")
     assert inside.algorithm.rollout.trainable_per_trajectory == 3
-    reaching = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 5]")
+    reaching = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 8]")
     assert reaching.algorithm.rollout.trainable_per_trajectory == 2
     progressive = _trainer(
         tmp_path, *common, "sampler.sde_window_schedule=progressive", "sampler.sde_window_stride=2"
     )
     assert progressive.algorithm.rollout.possible_window_starts() == [0, 2, 4, 5]
     assert progressive.algorithm.rollout.trainable_per_trajectory == 2
+
+
+def test_noise_per_group_is_shared_and_independent_of_the_slice() -> None:
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(0, (2,), groups, 3)
+    assert torch.equal(whole[0], whole[1]) and not torch.equal(whole[1], whole[2])
+    second_half = RolloutNoise(3, 7, 6, slice(3, 6)).randn_per_group(0, (2,), groups[3:], 3)
+    assert torch.equal(second_half, whole[3:])
+    with pytest.raises(ValueError, match="group ids"):
+        RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(0, (2,), groups + 1, 3)
+
+
+def test_window_and_sampler_settings_that_cannot_apply_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="random window only"):
+        tiny_config(
+            tmp_path,
+            "sampler.sde_window_size=2",
+            "sampler.sde_window_schedule=progressive",
+            "sampler.sde_window_range=[0, 4]",
+        ).validate()
+    with pytest.raises(ConfigError, match="random window only"):
+        tiny_config(tmp_path, "sampler.sde_window_range=[0, 4]").validate()
+    with pytest.raises(ConfigError, match=r"noise_level must lie in \[0.0, 1.0\]"):
+        tiny_config(tmp_path, "sampler.name=flow_cps", "sampler.noise_level=1.2").validate()
+
+
+def test_cps_window_that_only_covers_the_last_step_is_explained(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="deterministic steps only"):
+        _trainer(
+            tmp_path,
+            "sampler.name=flow_cps",
+            "sampler.num_steps=4",
+            "sampler.sde_window_size=1",
+            "sampler.sde_window_range=[3, 4]",
+        )

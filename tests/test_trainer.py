@@ -92,7 +92,7 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         assert summary_a[key] == summary_b[key]
 
 
-def _two_process_worker(directory: str) -> None:
+def _two_process_worker(directory: str, *overrides: str) -> None:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
@@ -100,7 +100,7 @@ def _two_process_worker(directory: str) -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = Accelerator(cpu=True)
     assert accelerator.num_processes == 2
-    config = tiny_config(Path(directory), "algorithm.timestep_selection=random")
+    config = tiny_config(Path(directory), "algorithm.timestep_selection=random", *overrides)
     trainer = Trainer(config, run_dir=Path(directory) / "ddp", accelerator=accelerator)
     batch = trainer.collect()
     units = trainer.algorithm.training_units(batch.rollout, batch.noise)
@@ -110,6 +110,8 @@ def _two_process_worker(directory: str) -> None:
             "local": batch.rollout.advantages,
             "rewards": batch.scores["reward"],
             "timesteps": units.timestep_index,
+            "latents": batch.rollout.latents,
+            "log_probs": batch.rollout.log_probs,
         },
         Path(directory) / f"rank{accelerator.process_index}.pt",
     )
@@ -132,6 +134,34 @@ def test_two_processes_compute_the_same_advantages(tmp_path: Path) -> None:
     torch.testing.assert_close(local, single.advantages, rtol=0, atol=1e-5)
     # Randomly chosen training timesteps follow the sample, not the process layout.
     assert torch.equal(torch.cat([r["timesteps"] for r in ranks]), single_timesteps)
+
+
+def test_two_processes_share_a_straddling_group_prefix(tmp_path: Path) -> None:
+    """Flow-GRPO-Fast on 2 processes: 3 groups of 4 over 2 x 6 samples, so group 1 is split;
+    its shared ODE prefix and SDE window match the 1-process rollout."""
+    from accelerate import debug_launcher
+
+    fast = (
+        "train.prompts_per_iteration=3",
+        "train.group_size=4",
+        "sampler.num_steps=5",
+        "sampler.sde_window_size=2",
+        "sampler.sde_window_range=[1, 4]",
+        "sampler.same_initial_noise=true",
+    )
+    config = tiny_config(tmp_path, "algorithm.timestep_selection=random", *fast)
+    single = Trainer(config, run_dir=tmp_path / "single").collect()
+    debug_launcher(_two_process_worker, args=(str(tmp_path), *fast), num_processes=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    latents = torch.cat([r["latents"] for r in ranks])
+    torch.testing.assert_close(latents, single.rollout.latents, rtol=0, atol=1e-5)
+    log_probs = torch.cat([r["log_probs"] for r in ranks])
+    torch.testing.assert_close(log_probs, single.rollout.log_probs, rtol=0, atol=1e-4)
+    start = int(single.rollout.trainable_steps[0].float().argmax())
+    split_group = latents[4:8, : start + 1]  # rows 4-5 on rank 0, 6-7 on rank 1
+    torch.testing.assert_close(
+        split_group, split_group[:1].expand_as(split_group), rtol=0, atol=1e-6
+    )
 
 
 def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> None:
@@ -245,3 +275,33 @@ def test_trained_timesteps(tmp_path: Path, selection: str) -> None:
         assert torch.equal(units.sample[unit], batch.rollout.latents[row, step])
         assert torch.equal(units.next_sample[unit], batch.rollout.latents[row, step + 1])
         assert units.old_log_probs[unit] == batch.rollout.log_probs[row, step]
+
+
+def test_export_command_writes_the_checkpoint_weights(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from genrl.cli import main
+
+    config = tiny_config(tmp_path, f"output_dir={tmp_path / 'run'}")
+    trainer = Trainer(config)
+    trainer.train()
+    assert (tmp_path / "run" / "export" / "trainable.safetensors").is_file()  # end of a run
+    flow, clf = (tmp_path / "flow.safetensors", tmp_path / "clf.safetensors")
+    code = main(
+        [
+            "export",
+            "--checkpoint",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "out"),
+            "--set",
+            f"policy.pretrained={flow}",
+            "--set",
+            f'reward.0.kwargs={{"path": "{clf}"}}',
+        ]
+    )
+    assert code == 0
+    exported = load_file(str(tmp_path / "out" / "trainable.safetensors"))
+    trained = trainer.policy.trainable_state_dict()
+    assert exported.keys() == trained.keys()
+    assert all(torch.equal(exported[k], trained[k]) for k in trained)

@@ -89,8 +89,11 @@ class RolloutNoise:
         """Standard-normal noise shared by the samples of a group: ``[len(group_ids), *event]``
         where row ``i`` is the draw of group ``group_ids[i]`` (ids in ``[0, num_groups)``).
         Drawn for all groups, so it does not depend on how groups are split over processes."""
+        ids = group_ids.cpu()
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= num_groups):
+            raise ValueError(f"group ids must lie in [0, {num_groups}), got {ids.tolist()}")
         table = torch.randn((num_groups, *event_shape), generator=self.generator(tag))
-        return table[group_ids.cpu()].to(device)
+        return table[ids].to(device)
 
     def rand(self, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
         """``[n_local, *shape]`` uniform numbers for stream ``tag`` (CPU)."""

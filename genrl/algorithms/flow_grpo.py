@@ -40,7 +40,8 @@ class FlowGRPOConfig(AlgorithmConfig):
     ``sigma_s^2`` where ours is the exact transition KL (divides by ``sigma_s^2 |dt|``): to carry
     its values over, multiply them by about ``1 / num_steps``."""
     timestep_fraction: float = 0.99
-    """Fraction of the sampling steps trained per trajectory (Flow-GRPO: 0.99 -> 9 of 10)."""
+    """Fraction of the sampling steps trained per trajectory (Flow-GRPO: 0.99 -> 9 of 10);
+    with an SDE window (``sampler.sde_window_size``) every window step is trained."""
     timestep_selection: Literal["prefix", "random"] = "prefix"
     """Which steps: the first ones in sampling order (the Flow-GRPO reference trains steps
     0..k-1) or a random subset per trajectory (DanceGRPO-style)."""
@@ -100,10 +101,15 @@ class FlowGRPO(Algorithm):
         """Build the samplers on the policy's noise schedule (its pipeline's own scheduler)."""
         self.rollout = FlowRollout.from_config(self.train_config, policy)
         if self.rollout.trainable_per_trajectory == 0:
-            raise ConfigError(
-                f"sampler {self.train_config.sampler.name!r} with these settings has no "
-                "stochastic step to train (raise sampler.noise_level or sde_window_size)"
-            )
+            s = self.train_config.sampler
+            hint = "raise sampler.noise_level"
+            if s.sde_window_size:
+                hint = (
+                    "the window can land on deterministic steps only (CPS's last step has no "
+                    f"noise): raise sde_window_size or keep it off the last step, e.g. "
+                    f"sampler.sde_window_range=[0, {s.num_steps - 1}]"
+                )
+            raise ConfigError(f"sampler {s.name!r} has no stochastic step to train: {hint}")
 
     @property
     def sampler(self) -> Any:
@@ -114,13 +120,17 @@ class FlowGRPO(Algorithm):
 
     @property
     def guidance_scale(self) -> float:
+        """CFG scale of rollouts (and of training when ``cfg_in_training``)."""
         return self.train_config.sampler.guidance_scale
 
     @property
     def num_train_steps(self) -> int:
-        """Steps trained per trajectory: ``timestep_fraction`` of its stochastic steps."""
+        """Steps trained per trajectory: ``timestep_fraction`` of its stochastic steps, or every
+        step of an SDE window (Flow-GRPO-Fast and MixGRPO train the whole window)."""
         assert self.rollout is not None
         trainable = self.rollout.trainable_per_trajectory
+        if self.rollout.window_size:
+            return trainable
         return max(1, int(trainable * self.config.timestep_fraction))
 
     def num_units(self, num_samples: int) -> int:
@@ -135,7 +145,11 @@ class FlowGRPO(Algorithm):
         return self.rollout.collect(policy, prompts, group_ids, noise)
 
     def final_outputs(self, policy: Any, rollout: FlowTrajectory) -> torch.Tensor:
-        return policy.decode(rollout.final)
+        """Decoded images, in chunks of ``train.rollout_batch_size`` (the VAE of a real model at
+        512 px is a memory peak when it decodes a whole local batch)."""
+        final = rollout.final
+        size = self.train_config.train.rollout_batch_size or len(final)
+        return torch.cat([policy.decode(final[i : i + size]) for i in range(0, len(final), size)])
 
     def advantages(
         self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor

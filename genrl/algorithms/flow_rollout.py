@@ -15,8 +15,8 @@ import torch
 
 from genrl.algorithms.base import RolloutNoise
 from genrl.rollout import FlowTrajectory
-from samplers import SAMPLERS, FlowODESampler
-from samplers.windows import sde_window_mask, sde_window_start
+from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler
+from samplers.windows import possible_window_starts, sde_window_mask, sde_window_start
 
 # Stream tags of RolloutNoise: initial noise 0, step noise 1..T, window position below.
 WINDOW_TAG = 9_000
@@ -27,7 +27,7 @@ class FlowRollout:
     """The samplers and window settings of a flow rollout, built from ``config.sampler`` on the
     policy's own noise schedule."""
 
-    sde: Any
+    sde: GaussianFlowSampler
     ode: FlowODESampler
     guidance_scale: float
     window_size: int
@@ -41,6 +41,7 @@ class FlowRollout:
 
     @classmethod
     def from_config(cls, train_config: Any, policy: Any) -> FlowRollout:
+        """Samplers on ``policy``'s noise schedule with ``train_config.sampler``'s settings."""
         s = train_config.sampler
         sigmas = policy.sigma_schedule(s.num_steps, s.shift)
         sde = SAMPLERS[s.name](sigmas, s.noise_level, log_prob_reduction=s.log_prob_reduction)
@@ -60,6 +61,7 @@ class FlowRollout:
 
     @property
     def num_steps(self) -> int:
+        """Sampling steps ``T`` of a trajectory."""
         return self.sde.num_steps
 
     @property
@@ -75,11 +77,13 @@ class FlowRollout:
 
     def possible_window_starts(self) -> list[int]:
         """Every start the window schedule can produce."""
-        last_start = self.num_steps - self.window_size
-        if self.window_schedule == "progressive":
-            return sorted({min(k * self.window_stride, last_start) for k in range(last_start + 1)})
-        first, last = self.window_range if self.window_range is not None else (0, last_start)
-        return list(range(first, last + 1))
+        return possible_window_starts(
+            self.num_steps,
+            self.window_size,
+            self.window_schedule,  # type: ignore[arg-type]
+            self.window_range,
+            self.window_stride,
+        )
 
     def window(self, noise: RolloutNoise) -> torch.Tensor:
         """``[T]`` bool: the steps sampled stochastically in this iteration (same for all)."""
@@ -187,4 +191,5 @@ class FlowRollout:
 
 
 def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The prompt encodings of ``rows``."""
     return {k: v[rows] for k, v in condition.items()}

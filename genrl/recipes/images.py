@@ -79,7 +79,10 @@ def sd35m_pickscore() -> TrainConfig:
 
 def sd35m_pickscore_fast() -> TrainConfig:
     """SD3.5-medium + PickScore, Flow-GRPO-Fast without CFG (``pickscore_sd3_fast_nocfg``): CPS
-    noise 0.8 in a 3-step SDE window within the first half, clip 1e-5, no KL, 64 x 18."""
+    noise 0.8 in a 3-step SDE window within the first half of the steps, clip 1e-5 (the
+    reference's log-prob is ``2 std^2`` times ours, 1.1-1.7 for windows there, so the range
+    carries over roughly), no KL, 64 x 18. Like the reference, groups do not share initial
+    noise; ``--set sampler.same_initial_noise=true`` computes the ODE prefix once per prompt."""
     config = _sd3_base("sd35m_pickscore_fast", RewardSpec(name="pickscore"), kl_beta=0.0)
     config.sampler = SamplerConfig(
         name="flow_cps",
@@ -92,7 +95,6 @@ def sd35m_pickscore_fast() -> TrainConfig:
     config.algorithm = FlowGRPOConfig(
         clip_range=1e-5,
         kl_beta=0.0,
-        timestep_fraction=1.0,
         std_mode="global",
         cfg_in_training=False,
     )

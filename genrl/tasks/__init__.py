@@ -1,0 +1,1 @@
+"""Embedded text tasks: problem generators, prompt formats and verifiable rewards."""
