@@ -22,13 +22,13 @@ from genrl import checkpoint as ckpt
 from genrl.advantages import zero_std_fraction
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import RolloutNoise
+from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
 from genrl.interrupt import StopRequest
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
-from genrl.overrides import ConfigError
 from genrl.prompts import load_prompts
 
 
@@ -72,9 +72,6 @@ class Trainer:
     ) -> None:
         from accelerate import Accelerator
 
-        from pipelines import build_policy
-        from reward_models import CompositeReward, build_reward
-
         self.accelerator = accelerator or Accelerator(mixed_precision=config.train.mixed_precision)
         config.validate(self.accelerator.num_processes)
         self.config = config
@@ -84,33 +81,13 @@ class Trainer:
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
         p = config.policy
-        self.policy = _build(
-            build_policy,
-            p.name,
-            "policy",
-            pretrained=p.pretrained,
-            **_policy_options(p),
-            **p.kwargs,
-        )
+        self.policy = build_policy_from(config)
         # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
         # RNG of the caller untouched.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
-        self.reward = CompositeReward(
-            [
-                (
-                    _build(
-                        build_reward,
-                        spec.name,
-                        f"reward.{i}",
-                        **_reward_options(spec, self.accelerator.device),
-                    ),
-                    spec.weight,
-                )
-                for i, spec in enumerate(config.reward)
-            ]
-        )
+        self.reward = build_reward_from(config, self.accelerator.device)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
         self.algorithm.setup(self.policy)
         self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
@@ -380,41 +357,6 @@ class Trainer:
         if interrupted:
             raise KeyboardInterrupt
         return summary
-
-
-def _build(factory: Any, name: str, field: str, **kwargs: Any) -> Any:
-    """Build a registered policy/reward; wrong keyword arguments name the config field."""
-    try:
-        return factory(name, **kwargs)
-    except TypeError as err:
-        if "argument" not in str(err):
-            raise
-        raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
-
-
-def _reward_options(spec: Any, device: torch.device) -> dict[str, Any]:
-    """The spec's keyword arguments, plus ``device`` = this process's accelerator device when
-    the reward takes one and the spec leaves it unset (a GPU run scores on its own GPU)."""
-    import inspect
-
-    from reward_models import REWARDS, reward_class
-
-    kwargs = dict(spec.kwargs)
-    takes_device = spec.name in REWARDS and "device" not in kwargs
-    if takes_device and "device" in inspect.signature(reward_class(spec.name)).parameters:
-        kwargs["device"] = device
-    return kwargs
-
-
-def _policy_options(p: Any) -> dict[str, Any]:
-    """Generic policy settings, passed only when they differ from the default so that adapters
-    without them (the embedded toy) still build."""
-    options: dict[str, Any] = {}
-    if p.dtype != "float32":
-        options["dtype"] = p.dtype
-    if p.gradient_checkpointing:
-        options["gradient_checkpointing"] = True
-    return options
 
 
 def _eval_record(result: EvalResult) -> dict[str, Any]:
