@@ -53,8 +53,23 @@ def _t2i_simple() -> PromptSource:
     )
 
 
+def _countdown() -> PromptSource:
+    """Countdown problems: 1,000 training prompts and the 200 held-out problems the embedded
+    model's manifest reports (``make_problems(200, 0, "heldout")``)."""
+    from genrl.tasks.countdown import make_problems
+
+    return PromptSource(
+        train=[p.prompt for p in make_problems(1000, 0, "train")],
+        eval=[p.prompt for p in make_problems(200, 0, "heldout")],
+    )
+
+
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
-PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {"digits": _digits, "t2i_simple": _t2i_simple}
+PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
+    "digits": _digits,
+    "t2i_simple": _t2i_simple,
+    "countdown": _countdown,
+}
 
 
 def read_prompt_file(path: str | Path) -> list[str]:

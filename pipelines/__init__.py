@@ -16,6 +16,7 @@ POLICIES: dict[str, Any] = {
     "sana": "pipelines.sana:SanaPolicy",
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
+    "countdown_lm": "pipelines.causal_lm:countdown_lm",
 }
 
 

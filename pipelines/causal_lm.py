@@ -243,3 +243,12 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     if not ids:
         raise ValueError("the tokenizer and generation config define no end-of-sequence token")
     return sorted(ids)
+
+
+EMBEDDED_COUNTDOWN_LM = Path(__file__).resolve().parents[1] / "genrl" / "assets" / "countdown_lm"
+
+
+def countdown_lm(pretrained: str | None = None, **kwargs: Any) -> CausalLMPolicy:
+    """The embedded 308k-parameter Countdown model (``scripts/build_countdown_lm.py``), or
+    another checkpoint given as ``pretrained``."""
+    return CausalLMPolicy(pretrained or str(EMBEDDED_COUNTDOWN_LM), **kwargs)

@@ -15,6 +15,8 @@ REWARDS: dict[str, Any] = {
     "target_color": "reward_models.color:TargetColorReward",
     "clipscore": "reward_models.clip:CLIPScoreReward",
     "pickscore": "reward_models.clip:PickScoreReward",
+    "countdown": "reward_models.text:CountdownReward",
+    "overlong_penalty": "reward_models.text:OverlongPenalty",
 }
 
 

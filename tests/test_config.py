@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
 from genrl.config import TrainConfig, algorithm_config, config_from_dict
 from genrl.overrides import ConfigError, parse_assignment
@@ -25,9 +26,9 @@ def test_recipes_validate(name):
     config = get_recipe(name)
     assert isinstance(config, TrainConfig)
     assert config.recipe == name
-    assert isinstance(config.algorithm, FlowGRPOConfig)
+    assert type(config.algorithm) is ALGORITHMS[config.algorithm.name].Config
     config.validate()
-    # 16 prompts x 8 samples = 128 samples: divisible over 1, 2, 4 and 8 processes.
+    # Every recipe's batch divides over 1, 2, 4 and 8 processes.
     for processes in (1, 2, 4, 8):
         config.validate(num_processes=processes)
 

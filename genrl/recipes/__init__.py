@@ -9,11 +9,13 @@ from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
 from genrl.recipes.digits import digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.images import IMAGE_RECIPES
+from genrl.recipes.text import TEXT_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo": digits_flow_grpo,
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     **IMAGE_RECIPES,
+    **TEXT_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 

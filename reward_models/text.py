@@ -1,0 +1,62 @@
+"""Verifiable text rewards: the embedded Countdown task and DAPO's overlong penalty."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from reward_models.base import RewardModel, RewardOutput
+
+
+class CountdownReward(RewardModel):
+    """``countdown``: 1 for a correct equation using exactly the prompt's numbers, 0.1 for a
+    well-formed wrong one, 0 otherwise (``genrl.tasks.countdown``); also logs ``accuracy``."""
+
+    name = "countdown"
+
+    def score(
+        self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        from genrl.tasks.countdown import CORRECT_REWARD, countdown_reward
+
+        del metadata
+        if isinstance(outputs, torch.Tensor):
+            raise ValueError(f"{self.name}: expected completion texts, got a tensor")
+        values = torch.tensor(countdown_reward(prompts, outputs), dtype=torch.float32)
+        return RewardOutput({self.name: values, "accuracy": (values == CORRECT_REWARD).float()})
+
+
+class OverlongPenalty(RewardModel):
+    """DAPO's soft overlong punishment (Yu et al. 2025, "Overlong Reward Shaping"), a reward
+    to add to the task reward:
+
+    ``0`` up to ``max_length - buffer`` tokens, then falling linearly to ``-factor`` at
+    ``max_length`` (and ``-factor`` beyond). Reads ``completion_length`` from the reward
+    metadata that token algorithms pass.
+
+    Args:
+        max_length: the generation limit (``generation.max_new_tokens``).
+        buffer: the length of the soft zone ``L_cache`` (DAPO: 4096 of 20480).
+        factor: penalty at the limit.
+    """
+
+    name = "overlong_penalty"
+
+    def __init__(self, max_length: int, buffer: int, factor: float = 1.0) -> None:
+        if not 0 < buffer <= max_length:
+            raise ValueError(f"overlong_penalty: need 0 < buffer <= max_length, got {buffer}")
+        self.max_length, self.buffer, self.factor = max_length, buffer, factor
+
+    def score(
+        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        del outputs
+        if metadata is None or any("completion_length" not in m for m in metadata):
+            # Held-out evaluation passes no lengths: the penalty does not apply there.
+            zeros = torch.zeros(len(prompts))
+            return RewardOutput({self.name: zeros})
+        lengths = torch.tensor([float(m["completion_length"]) for m in metadata])
+        excess = lengths - (self.max_length - self.buffer)
+        penalty = (-excess / self.buffer * self.factor).clamp(min=-self.factor, max=0.0)
+        return RewardOutput({self.name: penalty})
