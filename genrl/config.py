@@ -91,6 +91,13 @@ class GenerationConfig:
     """Cut a completion after the first of these strings; later tokens are not trained."""
     eval_temperature: float = 0.0
     """Temperature of held-out evaluation; 0 decodes greedily (one sample per prompt suffices)."""
+    diffusion_steps: int = 0
+    """Masked-diffusion LMs: unmasking steps over the completion (0 = one token per step);
+    ``max_new_tokens`` is the fixed completion length."""
+    block_length: int | None = None
+    """Masked-diffusion LMs: semi-autoregressive block size (None = one block)."""
+    remasking: Literal["low_confidence", "random"] = "low_confidence"
+    """Masked-diffusion LMs: reveal the most confident predictions or random positions."""
 
 
 @dataclass

@@ -160,3 +160,67 @@ class TokenRollout(Batch):
     def completion_lengths(self) -> torch.Tensor:
         """``[N]`` number of trained completion tokens."""
         return self.completion_mask.sum(dim=1)
+
+
+@dataclass
+class MaskedUnits(Batch):
+    """Training units of a masked-diffusion LM: one corrupted view of one sample each.
+
+    Attributes:
+        inputs: ``[U, P + L]`` prompt and completion as the model sees them (masks included).
+        attention_mask: ``[U, P + L]``.
+        targets: ``[U, L]`` the sampled completion tokens being scored.
+        counted: ``[U, L]`` bool, the positions that enter the loss.
+        old_log_probs: ``[U, L]`` under the sampling policy on the same view.
+        ref_log_probs: ``[U, L]`` under the reference, or ``[U, 0]`` without KL.
+        advantages: ``[U]``.
+    """
+
+    inputs: torch.Tensor
+    attention_mask: torch.Tensor
+    targets: torch.Tensor
+    counted: torch.Tensor
+    old_log_probs: torch.Tensor
+    ref_log_probs: torch.Tensor
+    advantages: torch.Tensor
+
+
+@dataclass
+class MaskedRollout(Batch):
+    """Completions of a masked-diffusion LM with their ``V`` scored views per sample.
+
+    Attributes:
+        prompts, completions: ``N`` strings.
+        group_ids: ``[N]``.
+        inputs: ``[N, V, P + L]`` the views' corrupted inputs.
+        attention_mask: ``[N, P + L]``.
+        targets: ``[N, L]`` sampled completion ids.
+        counted: ``[N, V, L]`` bool.
+        old_log_probs, ref_log_probs: ``[N, V, L]`` (``[N, V, 0]`` without KL).
+        advantages: ``[N]``.
+    """
+
+    prompts: list[str]
+    completions: list[str]
+    group_ids: torch.Tensor
+    inputs: torch.Tensor
+    attention_mask: torch.Tensor
+    targets: torch.Tensor
+    counted: torch.Tensor
+    old_log_probs: torch.Tensor
+    ref_log_probs: torch.Tensor
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    def units(self) -> MaskedUnits:
+        """Flatten to ``N * V`` units (view-major within each sample)."""
+        n, v = self.inputs.shape[:2]
+        rows = torch.arange(n, device=self.inputs.device).repeat_interleave(v)
+        return MaskedUnits(
+            inputs=self.inputs.reshape(n * v, -1),
+            attention_mask=self.attention_mask[rows],
+            targets=self.targets[rows],
+            counted=self.counted.reshape(n * v, -1),
+            old_log_probs=self.old_log_probs.reshape(n * v, -1),
+            ref_log_probs=self.ref_log_probs.reshape(n * v, self.ref_log_probs.shape[-1]),
+            advantages=self.advantages[rows],
+        )

@@ -17,6 +17,8 @@ POLICIES: dict[str, Any] = {
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.causal_lm:countdown_lm",
+    "masked_lm": "pipelines.masked_lm:MaskedLMPolicy",
+    "sudoku_dllm": "pipelines.masked_lm:sudoku_dllm",
 }
 
 

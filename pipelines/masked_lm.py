@@ -1,0 +1,170 @@
+"""Masked-diffusion language models (LLaDA-style) as token policies.
+
+A bidirectional transformer that predicts masked tokens: transformers ``AutoModelForMaskedLM``
+checkpoints natively (ModernBERT, BERT, the embedded Sudoku model), custom ones such as LLaDA
+through ``trust_remote_code`` when the user turns it on. Completions have a fixed length and are
+revealed by ``samplers/masked.py``; likelihoods come from the pluggable estimators of
+``genrl/dllm_estimators.py``, which call ``token_log_probs`` on partially masked inputs.
+
+Layout of a batch: prompts left-padded to ``P`` tokens, then ``L`` completion tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipelines.base import TrainablePolicy
+from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class MaskedLMPolicy(TrainablePolicy):
+    """A masked-diffusion LM as a policy.
+
+    Args:
+        pretrained: hub id or local directory with the model and its tokenizer.
+        dtype: storage dtype of the frozen weights; trainable weights stay float32.
+        gradient_checkpointing: recompute activations in the backward pass.
+        trust_remote_code: allow the checkpoint's own modelling code (LLaDA needs it; off by
+            default).
+        model, tokenizer: already built objects instead of ``pretrained``.
+    """
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        *,
+        dtype: str = "float32",
+        gradient_checkpointing: bool = False,
+        trust_remote_code: bool = False,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        super().__init__()
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        if model is None or tokenizer is None:
+            model, tokenizer = _load(pretrained, DTYPES[dtype], trust_remote_code)
+        if tokenizer.mask_token_id is None:
+            raise ValueError("a masked-diffusion LM needs a tokenizer with a mask token")
+        self.tokenizer = tokenizer
+        self.mask_token_id = int(tokenizer.mask_token_id)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token or tokenizer.mask_token
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        self.network: nn.Module = model.requires_grad_(False)
+        self.module = self.network
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, P]`` left-padded prompt ids and attention mask."""
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        encoded = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B, P + L, V]`` logits of the active (or reference) model."""
+        out = self._active_module()(input_ids=input_ids, attention_mask=attention_mask)
+        return out.logits
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        sampler: MaskedDiffusionSampler,
+        length: int,
+        generator: torch.Generator | None = None,
+    ) -> MaskedGeneration:
+        ones = torch.ones(
+            prompt_ids.shape[0], length, dtype=prompt_mask.dtype, device=prompt_mask.device
+        )
+        attention = torch.cat([prompt_mask, ones], dim=1)
+        return sampler.generate(
+            lambda ids: self.logits(ids, attention),
+            prompt_ids,
+            length,
+            self.mask_token_id,
+            generator,
+        )
+
+    def token_log_probs(
+        self,
+        inputs: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        completion_start: int,
+    ) -> torch.Tensor:
+        """``[B, L]`` float32 ``log p(target_t | inputs)`` at every completion position (the
+        estimator decides which positions count)."""
+        logits = self.logits(inputs, attention_mask)[:, completion_start:]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def decode(self, tokens: torch.Tensor) -> list[str]:
+        return self.tokenizer.batch_decode(tokens.cpu().tolist(), skip_special_tokens=True)
+
+    def default_lora_targets(self) -> list[str]:
+        names = {
+            n.rsplit(".", 1)[-1]
+            for n, m in self.network.named_modules()
+            if isinstance(m, nn.Linear)
+        }
+        return sorted(names - {"decoder", "lm_head"})
+
+    def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
+        super().setup_training(rank, alpha, target_modules)
+        for parameter in self.trainable_parameters():
+            parameter.data = parameter.data.float()
+
+    def export(self, directory: str | Path) -> Path:
+        """A peft adapter (LoRA) or ``save_pretrained`` model, with the tokenizer."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.network.save_pretrained(str(directory))
+        self.tokenizer.save_pretrained(str(directory))
+        return directory
+
+
+def _load(pretrained: str | None, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
+    if not pretrained:
+        raise ValueError("policy masked_lm needs policy.pretrained: a hub id or a local directory")
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+        try:
+            model = AutoModelForMaskedLM.from_pretrained(
+                pretrained, dtype=dtype, trust_remote_code=trust_remote_code
+            )
+        except ValueError:
+            if not trust_remote_code:
+                raise
+            # LLaDA registers its model class for AutoModel only.
+            model = AutoModel.from_pretrained(pretrained, dtype=dtype, trust_remote_code=True)
+    except (OSError, ValueError) as err:
+        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
+        hint = (
+            ""
+            if trust_remote_code
+            else " (custom model code needs policy.kwargs.trust_remote_code=true)"
+        )
+        raise ValueError(f"cannot load {pretrained!r} as a masked LM: {first_line}{hint}") from err
+    return model, tokenizer
+
+
+EMBEDDED_SUDOKU_DLLM = Path(__file__).resolve().parents[1] / "genrl" / "assets" / "sudoku_dllm"
+
+
+def sudoku_dllm(pretrained: str | None = None, **kwargs: Any) -> MaskedLMPolicy:
+    """The embedded Sudoku masked-diffusion LM (``scripts/build_sudoku_dllm.py``), or another
+    checkpoint given as ``pretrained``."""
+    return MaskedLMPolicy(pretrained or str(EMBEDDED_SUDOKU_DLLM), **kwargs)
