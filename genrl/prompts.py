@@ -64,11 +64,34 @@ def _countdown() -> PromptSource:
     )
 
 
+def _countdown_chat() -> PromptSource:
+    """The Countdown problems of ``countdown`` as instructions for chat models."""
+    from genrl.tasks.countdown import format_chat_prompt, make_problems
+
+    return PromptSource(
+        train=[format_chat_prompt(p.numbers, p.target) for p in make_problems(1000, 0, "train")],
+        eval=[format_chat_prompt(p.numbers, p.target) for p in make_problems(200, 0, "heldout")],
+    )
+
+
+def _sudoku() -> PromptSource:
+    """4x4 Sudoku puzzles: 1,000 training puzzles and the 200 held-out ones the embedded
+    dLLM's manifest reports (``make_problems(200, 0, "heldout")``)."""
+    from genrl.tasks.sudoku import make_problems
+
+    return PromptSource(
+        train=[p.prompt for p in make_problems(1000, 0, "train")],
+        eval=[p.prompt for p in make_problems(200, 0, "heldout")],
+    )
+
+
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
     "t2i_simple": _t2i_simple,
     "countdown": _countdown,
+    "countdown_chat": _countdown_chat,
+    "sudoku": _sudoku,
 }
 
 

@@ -17,6 +17,7 @@ REWARDS: dict[str, Any] = {
     "pickscore": "reward_models.clip:PickScoreReward",
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
+    "sudoku": "reward_models.text:SudokuReward",
 }
 
 

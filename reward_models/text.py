@@ -15,14 +15,22 @@ class CountdownReward(RewardModel):
 
     name = "countdown"
 
+    def __init__(self, answer_tags: bool = False) -> None:
+        """Args: answer_tags: read the equation from the last ``<answer>...</answer>`` (chat
+        models that reason first); a completion without tags scores 0."""
+        self.answer_tags = answer_tags
+
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from genrl.tasks.countdown import CORRECT_REWARD, countdown_reward
+        from genrl.tasks.countdown import CORRECT_REWARD, answer_in_tags, countdown_reward
 
         del metadata
         if isinstance(outputs, torch.Tensor):
             raise ValueError(f"{self.name}: expected completion texts, got a tensor")
+        if self.answer_tags:
+            # No tags: an empty answer, which scores 0 (malformed).
+            outputs = [answer_in_tags(text) or "" for text in outputs]
         values = torch.tensor(countdown_reward(prompts, outputs), dtype=torch.float32)
         return RewardOutput({self.name: values, "accuracy": (values == CORRECT_REWARD).float()})
 
@@ -60,3 +68,21 @@ class OverlongPenalty(RewardModel):
         excess = lengths - (self.max_length - self.buffer)
         penalty = (-excess / self.buffer * self.factor).clamp(min=-self.factor, max=0.0)
         return RewardOutput({self.name: penalty})
+
+
+class SudokuReward(RewardModel):
+    """``sudoku``: fraction of the puzzle's blank cells filled correctly
+    (``genrl.tasks.sudoku``); also logs ``solved`` (every blank right)."""
+
+    name = "sudoku"
+
+    def score(
+        self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        from genrl.tasks.sudoku import sudoku_reward
+
+        del metadata
+        if isinstance(outputs, torch.Tensor):
+            raise ValueError(f"{self.name}: expected completion texts, got a tensor")
+        values = torch.tensor(sudoku_reward(prompts, outputs), dtype=torch.float32)
+        return RewardOutput({self.name: values, "solved": (values == 1.0).float()})

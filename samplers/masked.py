@@ -113,8 +113,10 @@ class MaskedDiffusionSampler:
         positions = torch.arange(length, device=device)
         schedule = self.schedule(length)
         for step, (start, end, count) in enumerate(schedule):
-            logits = logits_fn(torch.cat([prompt_ids, completion], dim=1))[:, prompt_len:]
-            predicted, confidence = self._predict(logits.float(), generator)
+            logits = logits_fn(torch.cat([prompt_ids, completion], dim=1))[:, prompt_len:].float()
+            # Revealing a mask token would leave the position masked: never predict it.
+            logits[..., mask_token_id] = float("-inf")
+            predicted, confidence = self._predict(logits, generator)
             masked = completion == mask_token_id
             eligible = masked & (positions >= start) & (positions < end)
             if self.remasking == "random":
@@ -132,7 +134,8 @@ class MaskedDiffusionSampler:
         """Sampled token per position and the model's probability of it."""
         if self.temperature > 0:
             uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
-            gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0)).clamp(min=1e-20))
+            exponential = (-torch.log(uniform.clamp(min=1e-20))).clamp(min=1e-20)
+            gumbel = -torch.log(exponential)  # Gumbel(0, 1): argmax samples softmax(logits / T)
             predicted = (logits / self.temperature + gumbel).argmax(dim=-1)
         else:
             predicted = logits.argmax(dim=-1)

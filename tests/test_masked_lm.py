@@ -224,3 +224,15 @@ def test_masked_lm_loader_and_export(tmp_path: Path, dllm_dir: Path) -> None:
     assert torch.allclose(
         loaded(input_ids=ids).logits, policy.network(input_ids=ids).logits, atol=1e-6
     )
+
+
+def test_gumbel_sampling_follows_the_softmax() -> None:
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.7])).expand(20_000, 1, 3)
+    sampler = MaskedDiffusionSampler(steps=1, temperature=1.0)
+    tokens, confidence = sampler._predict(logits, torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(tokens.flatten(), minlength=3).float() / tokens.numel()
+    assert torch.allclose(frequencies, torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
+    assert torch.allclose(confidence.flatten(), torch.tensor([0.1, 0.2, 0.7])[tokens.flatten()])
+    # A higher temperature flattens the distribution.
+    hot, _ = MaskedDiffusionSampler(1, temperature=4.0)._predict(logits, torch.Generator().manual_seed(0))
+    assert (hot == 2).float().mean() < 0.5

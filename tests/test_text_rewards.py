@@ -61,3 +61,20 @@ def test_countdown_recipe_trains_the_embedded_model(tmp_path: Path) -> None:
     assert 0 <= metrics["countdown/accuracy/mean"] <= 1
     after = dict(trainer.policy.network.named_parameters())
     assert any(not torch.equal(p, after[n]) for n, p in before.items())
+
+
+def test_countdown_chat_prompts_and_answer_tags() -> None:
+    from genrl.prompts import load_prompts
+    from genrl.tasks.countdown import parse_prompt
+
+    source = load_prompts("countdown_chat")
+    assert len(source.train) == 1000 and len(source.eval) == 200
+    prompt = source.eval[0]
+    numbers, target = parse_prompt(prompt)
+    assert "<answer>" in prompt and str(target) in prompt
+    reward = build_reward("countdown", answer_tags=True)
+    good = "".join(str(n) + "+" for n in numbers)[:-1]  # a well-formed (maybe wrong) equation
+    outputs = [f"<think>try</think><answer>{good}</answer>", good, "<answer>x</answer>"]
+    scores = reward(outputs, [prompt] * 3).scores["countdown"].tolist()
+    assert scores[0] == pytest.approx(1.0 if sum(numbers) == target else 0.1)
+    assert scores[1:] == [0.0, 0.0]

@@ -20,6 +20,16 @@ def llm_countdown_grpo() -> TrainConfig:
 
     The completion is at most 7 characters plus the end token, hence 8 new tokens; groups of 8
     at temperature 1 (the base model's pass@8 is 0.83, so most groups hold a correct answer).
+
+    Measured (200 held-out problems, greedy): accuracy 0.37 -> 0.530, 0.495 and 0.520 for seeds
+    0, 1 and 2 (deterministic on the CPU), in 270-470 s of wall time on a 2-core machine shared
+    with other jobs (about 1 s per iteration on an uncontended core, 2.2 s when shared). The
+    settings come from a small sweep: DeepSeekMath's KL to the reference (beta 0.04, k3) with
+    two passes per rollout, and a cosine decay of the learning rate over the run, which removed
+    the late collapse that a constant 3e-4 showed after ~150 iterations (held-out reward fell
+    from 0.51 to 0.45) and kept improving to the last iteration. Tried and worse: 150 iterations
+    (0.48), one pass at lr 6e-4 (0.45), clip-higher 0.28 or beta 0.02 (0.47 / 0.465 on seed 1,
+    vs 0.495), groups of 16 (0.465 at constant lr).
     """
     return TrainConfig(
         recipe="llm_countdown_grpo",
@@ -27,21 +37,31 @@ def llm_countdown_grpo() -> TrainConfig:
         policy=PolicyConfig(name="countdown_lm"),
         generation=GenerationConfig(max_new_tokens=8, temperature=1.0),
         reward=[RewardSpec(name="countdown")],
-        algorithm=GRPOConfig(clip_range=0.2, aggregation="sequence_mean", kl_beta=0.0),
+        algorithm=GRPOConfig(
+            clip_range=0.2, aggregation="sequence_mean", kl_beta=0.04, kl_estimator="k3"
+        ),
         prompts=PromptConfig(dataset="countdown"),
         train=TrainLoopConfig(
-            iterations=60, prompts_per_iteration=32, group_size=8, minibatch_size=64
+            iterations=200,
+            prompts_per_iteration=32,
+            group_size=8,
+            inner_epochs=2,
+            minibatch_size=64,
         ),
-        optim=OptimConfig(lr=3e-4, weight_decay=0.0, max_grad_norm=1.0),
+        optim=OptimConfig(lr=3e-4, lr_schedule="cosine", weight_decay=0.0, max_grad_norm=1.0),
         eval=EvalConfig(every=10, samples_per_prompt=1, batch_size=200),
     )
 
 
 def qwen3_countdown_grpo() -> TrainConfig:
-    """Qwen3-0.6B with LoRA on the same task through its chat template (a GPU job).
+    """Qwen3-0.6B with LoRA on Countdown through its chat template (a GPU job).
 
-    Settings follow TRL's GRPO defaults (clip 0.2, beta 0, temperature 1, lr 1e-6 for full
-    fine-tuning; LoRA takes ~1e-5) with DAPO's token-mean loss and clip-higher 0.28.
+    Prompts are instructions (``countdown_chat``) asking for the expression inside
+    ``<answer></answer>``; the reward reads the last such tag, so the model may reason first
+    (512 new tokens, with DAPO's overlong penalty over the last 128). Settings follow TRL's
+    GRPO defaults (clip 0.2, beta 0, temperature 1) with DAPO's token-mean loss and
+    clip-higher 0.28; lr 1e-5 is the usual LoRA learning rate (TRL's 1e-6 is for full
+    fine-tuning). Not run here (no GPU was available); expect to tune lr and batch size.
     """
     config = llm_countdown_grpo()
     config.recipe = "qwen3_countdown_grpo"
@@ -53,7 +73,12 @@ def qwen3_countdown_grpo() -> TrainConfig:
         dtype="bfloat16",
         kwargs={"chat_template": True},
     )
-    config.generation = GenerationConfig(max_new_tokens=256, temperature=1.0)
+    config.prompts = PromptConfig(dataset="countdown_chat")
+    config.reward = [
+        RewardSpec(name="countdown", kwargs={"answer_tags": True}),
+        RewardSpec(name="overlong_penalty", kwargs={"max_length": 512, "buffer": 128}),
+    ]
+    config.generation = GenerationConfig(max_new_tokens=512, temperature=1.0)
     config.algorithm = GRPOConfig(clip_range=0.2, clip_range_high=0.28, aggregation="token_mean")
     config.train = TrainLoopConfig(
         iterations=200,

@@ -78,6 +78,21 @@ def format_prompt(numbers: Sequence[int], target: int) -> str:
     return f"Use {' '.join(str(n) for n in numbers)} to make {target}:"
 
 
+def format_chat_prompt(numbers: Sequence[int], target: int) -> str:
+    """The instruction-style prompt for chat models; the answer goes inside answer tags."""
+    return (
+        f"{format_prompt(numbers, target)[:-1]}. Use each number exactly once with + - * / and "
+        "parentheses. Reply with the expression only, inside <answer></answer>, for example "
+        "<answer>(1+2)*3</answer>."
+    )
+
+
+def answer_in_tags(completion: str) -> str | None:
+    """The text of the last ``<answer>...</answer>`` in a completion, or None."""
+    matches = re.findall(r"<answer>(.*?)</answer>", completion, flags=re.DOTALL)
+    return matches[-1] if matches else None
+
+
 def parse_prompt(prompt: str | list[dict[str, Any]]) -> tuple[tuple[int, ...], int]:
     """``(numbers, target)`` of a prompt (also found inside chat messages); ValueError if none."""
     match = _PROMPT_RE.search(_as_text(prompt, last_only=False))
