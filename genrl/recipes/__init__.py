@@ -8,6 +8,7 @@ from collections.abc import Callable
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
 from genrl.recipes.digits import digits_flow_grpo, digits_flow_grpo_lora
+from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 
@@ -16,6 +17,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     **IMAGE_RECIPES,
     **TEXT_RECIPES,
+    **DLLM_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
