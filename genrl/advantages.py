@@ -189,3 +189,21 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
     sizes = torch.bincount(inverse).to(rewards.dtype)[inverse]
     scale = torch.where(sizes > 1, sizes / (sizes - 1).clamp(min=1), torch.zeros_like(sizes))
     return scale * (rewards - means[inverse])
+
+
+def sequence_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    estimator: Literal["group", "rloo"],
+    std_mode: StdMode = "group",
+    max_abs: float | None = None,
+) -> torch.Tensor:
+    """The GRPO family's per-sequence advantages: group z-score (``std_mode``) or leave-one-out,
+    then clipped to ``+-max_abs``."""
+    if estimator == "rloo":
+        advantages = rloo_advantages(rewards, group_ids)
+    elif estimator == "group":
+        advantages = group_advantages(rewards, group_ids, std_mode=std_mode)
+    else:
+        raise ValueError(f"advantage estimator must be 'group' or 'rloo', got {estimator!r}")
+    return clip_advantages(advantages, max_abs)

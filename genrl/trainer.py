@@ -307,7 +307,7 @@ class Trainer:
             self.eval_history["before"] = _eval_record(before)
             if report is not None and writer is not None:
                 report.samples(before, "samples_before")
-                writer.write(0, {"eval/reward": before.reward})
+                writer.write(0, _eval_metrics(before))
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
         bar = _progress(
@@ -320,7 +320,7 @@ class Trainer:
                     metrics = self.train_iteration()
                     every = cfg.eval.every
                     if every and self.iteration % every == 0 and self.iteration < end:
-                        metrics["eval/reward"] = self.evaluate().reward
+                        metrics.update(_eval_metrics(self.evaluate()))
                     if writer is not None:
                         writer.write(self.iteration, metrics)
                     if bar is not None:
@@ -349,7 +349,7 @@ class Trainer:
             after = self.evaluate()
             self.eval_history["after"] = _eval_record(after)
             if writer is not None:
-                writer.write(self.iteration, {"eval/reward": after.reward})
+                writer.write(self.iteration, _eval_metrics(after))
             if report is not None:
                 summary = report.finish(after, wall)
         if writer is not None:
@@ -357,6 +357,13 @@ class Trainer:
         if interrupted:
             raise KeyboardInterrupt
         return summary
+
+
+def _eval_metrics(result: EvalResult) -> dict[str, float]:
+    """``eval/reward`` and every held-out score (e.g. ``eval/countdown/accuracy``)."""
+    metrics = {"eval/reward": result.reward}
+    metrics.update({f"eval/{name}": value for name, value in result.scores.items()})
+    return metrics
 
 
 def _eval_record(result: EvalResult) -> dict[str, Any]:

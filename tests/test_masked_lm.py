@@ -234,5 +234,7 @@ def test_gumbel_sampling_follows_the_softmax() -> None:
     assert torch.allclose(frequencies, torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
     assert torch.allclose(confidence.flatten(), torch.tensor([0.1, 0.2, 0.7])[tokens.flatten()])
     # A higher temperature flattens the distribution.
-    hot, _ = MaskedDiffusionSampler(1, temperature=4.0)._predict(logits, torch.Generator().manual_seed(0))
+    hot, _ = MaskedDiffusionSampler(1, temperature=4.0)._predict(
+        logits, torch.Generator().manual_seed(0)
+    )
     assert (hot == 2).float().mean() < 0.5

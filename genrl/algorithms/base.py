@@ -99,6 +99,13 @@ class RolloutNoise:
         """``[n_local, *shape]`` uniform numbers for stream ``tag`` (CPU)."""
         return self._per_sample(torch.rand, tag, shape)
 
+    def device_generator(self, tag: int, device: torch.device | str) -> torch.Generator:
+        """A generator on ``device`` for this process's slice, for samplers that draw on the
+        accelerator (token sampling): reproducible on resume, but, like ``layout="local"``,
+        dependent on the process layout."""
+        seed = torch.randint(2**62, (1,), generator=self.generator(tag * 65_537 + self.local.start))
+        return torch.Generator(device).manual_seed(int(seed))
+
     def local_permutation(self, tag: int, n: int) -> torch.Tensor:
         """A permutation of this process's ``n`` training units (differs across processes)."""
         return torch.randperm(n, generator=self.generator(tag * 65_537 + self.local.start))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import clip_advantages, group_advantages, rloo_advantages
+from genrl.advantages import sequence_advantages
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, aggregate, token_kl
 from genrl.overrides import ConfigError
@@ -96,7 +96,7 @@ class GRPO(Algorithm):
     ) -> TokenRollout:
         g = self.train_config.generation
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
-        generator = _device_generator(noise, policy.device)
+        generator = noise.device_generator(31_337, policy.device)
         out = policy.generate(prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator)
         mask = out.mask
         if g.stop_strings:
@@ -158,11 +158,8 @@ class GRPO(Algorithm):
         self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
     ) -> torch.Tensor:
         del prompts
-        if self.config.advantage == "rloo":
-            advantages = rloo_advantages(rewards, group_ids)
-        else:
-            advantages = group_advantages(rewards, group_ids, std_mode=self.config.std_mode)
-        return clip_advantages(advantages, self.config.advantage_clip)
+        c = self.config
+        return sequence_advantages(rewards, group_ids, c.advantage, c.std_mode, c.advantage_clip)
 
     def training_units(self, rollout: TokenRollout, noise: RolloutNoise) -> TokenRollout:
         del noise
@@ -213,13 +210,3 @@ class GRPO(Algorithm):
             return policy.decode(out.tokens, mask)
 
         return outputs
-
-
-def _device_generator(noise: RolloutNoise, device: torch.device) -> torch.Generator:
-    """A generator for this process's slice of this iteration's rollout.
-
-    Token sampling draws on the device, so the draw depends on the process layout (like
-    ``train.noise_layout=local``); it is still exactly reproducible on resume.
-    """
-    seed = int(torch.randint(2**62, (1,), generator=noise.generator(31_337 + noise.local.start)))
-    return torch.Generator(device).manual_seed(seed)

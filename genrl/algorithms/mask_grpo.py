@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import clip_advantages, group_advantages, rloo_advantages
+from genrl.advantages import sequence_advantages
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
 from genrl.dllm_estimators import ESTIMATORS, LikelihoodEstimator
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, aggregate, token_kl
@@ -116,7 +116,7 @@ class MaskGRPO(Algorithm):
     ) -> MaskedRollout:
         length = self.train_config.generation.max_new_tokens
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
-        generator = _generator(noise, 31_337, policy.device)
+        generator = noise.device_generator(31_337, policy.device)
         out = policy.generate(prompt_ids, prompt_mask, self.sampler, length, generator)
         valid = _up_to_end(out.tokens, policy.tokenizer.eos_token_id)
         attention = torch.cat([prompt_mask, torch.ones_like(out.tokens)], dim=1)
@@ -184,11 +184,8 @@ class MaskGRPO(Algorithm):
         self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
     ) -> torch.Tensor:
         del prompts
-        if self.config.advantage == "rloo":
-            advantages = rloo_advantages(rewards, group_ids)
-        else:
-            advantages = group_advantages(rewards, group_ids, std_mode=self.config.std_mode)
-        return clip_advantages(advantages, self.config.advantage_clip)
+        c = self.config
+        return sequence_advantages(rewards, group_ids, c.advantage, c.std_mode, c.advantage_clip)
 
     def num_units(self, num_samples: int) -> int:
         """Views per sample: one per inner iteration, or one per sampling step for ``trace``."""
@@ -242,10 +239,3 @@ def _up_to_end(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
     is_end = (tokens == eos_token_id).long()
     after_end = (is_end.cumsum(dim=1) - is_end) > 0
     return ~after_end
-
-
-def _generator(noise: RolloutNoise, tag: int, device: torch.device) -> torch.Generator:
-    """A device generator for this process's slice of this iteration (reproducible on resume;
-    like ``train.noise_layout=local`` it depends on the process layout)."""
-    seed = int(torch.randint(2**62, (1,), generator=noise.generator(tag + noise.local.start)))
-    return torch.Generator(device).manual_seed(seed)
