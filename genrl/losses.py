@@ -215,14 +215,21 @@ def gaussian_mean_kl(
 
 
 def token_kl(
-    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator = "k3"
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    estimator: KLEstimator = "k3",
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-element KL(pi || pi_ref) estimates from samples of pi (Schulman, "Approximating KL").
 
     With ``d = ref_log_probs - log_probs``: ``k1 = -d``, ``k2 = d^2 / 2``,
-    ``k3 = exp(d) - d - 1`` (unbiased and non-negative; GRPO's choice).
+    ``k3 = exp(d) - d - 1`` (unbiased and non-negative; GRPO's choice). ``mask`` zeroes ``d``
+    outside the counted tokens before the exponential: a padding position's log-prob can be
+    below -88, where ``exp`` overflows and ``inf * 0`` would turn the aggregate into NaN.
     """
     d = ref_log_probs - log_probs
+    if mask is not None:
+        d = torch.where(mask.bool(), d, torch.zeros_like(d))
     if estimator == "k1":
         return -d
     if estimator == "k2":

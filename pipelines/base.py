@@ -27,6 +27,19 @@ def cat_conditions(a: Condition, b: Condition) -> Condition:
     return {k: torch.cat([a[k], b[k]]) for k in a}
 
 
+def disable_dropout(model: nn.Module) -> None:
+    """Turn every dropout off (TRL's ``disable_dropout``): old log-probs are computed in eval
+    mode and the loss in train mode, and dropout noise would make the first update
+    off-policy. Covers ``nn.Dropout`` modules and the float ``*dropout*`` attributes that
+    attention layers pass to their kernels."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        for name, value in vars(module).items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
+
+
 class TrainablePolicy:
     """Base of every adapter. Subclasses set ``self.network`` (the model, later peft-wrapped) and
     ``self.module`` (what the trainer hands to ``accelerator.prepare``; afterwards possibly a DDP

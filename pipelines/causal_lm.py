@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipelines.base import TrainablePolicy
+from pipelines.base import TrainablePolicy, disable_dropout
 from samplers.autoregressive import Generation, TokenSampler, generate
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -69,9 +69,10 @@ class CausalLMPolicy(TrainablePolicy):
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
+        disable_dropout(model)
         self.network: nn.Module = model.requires_grad_(False)
         self.module = self.network
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = eos_ids(model, tokenizer)
         parameters = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
@@ -138,6 +139,8 @@ class CausalLMPolicy(TrainablePolicy):
         # transformers 5.2x renamed ``past_key_values`` to ``cache`` (input and output).
         cache_name = self._cache_argument
 
+        keep = {"logits_to_keep": 1} if self._logits_to_keep else {}
+
         def next_logits(ids, positions, attention, cache):  # type: ignore[no-untyped-def]
             out = module(
                 input_ids=ids,
@@ -145,6 +148,7 @@ class CausalLMPolicy(TrainablePolicy):
                 position_ids=positions,
                 use_cache=True,
                 **{cache_name: cache},
+                **keep,  # the prompt forward needs the last position's logits only
             )
             return out.logits[:, -1], getattr(out, cache_name)
 
@@ -178,9 +182,7 @@ class CausalLMPolicy(TrainablePolicy):
             input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **kwargs
         ).logits
         logits = logits[:, -(num_completion + 1) : -1]  # position t-1 predicts token t
-        log_probs = sampler.log_probs(logits)
-        targets = input_ids[:, completion_start:]
-        return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return sampler.selected_log_probs(logits, input_ids[:, completion_start:])
 
     # -- training setup and export ------------------------------------------------------------------
     def default_lora_targets(self) -> list[str]:
@@ -229,7 +231,7 @@ def _load(pretrained: str | None, dtype: torch.dtype, trust_remote_code: bool) -
     return model, tokenizer
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
     """End ids from the generation config (may list several, e.g. chat models) and tokenizer."""
     ids: set[int] = set()
     generation = getattr(model, "generation_config", None)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipelines.base import TrainablePolicy
+from pipelines.base import TrainablePolicy, disable_dropout
 from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -60,8 +60,18 @@ class MaskedLMPolicy(TrainablePolicy):
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
+        disable_dropout(model)
         self.network: nn.Module = model.requires_grad_(False)
         self.module = self.network
+        # Where an answer ends: end-of-sequence ids of the generation config and tokenizer,
+        # or BERT-style [SEP]; none means every completion position is part of the answer.
+        from pipelines.causal_lm import eos_ids
+
+        try:
+            self.eos_token_ids = eos_ids(model, tokenizer)
+        except ValueError:
+            sep = getattr(tokenizer, "sep_token_id", None)
+            self.eos_token_ids = [int(sep)] if sep is not None else []
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, P]`` left-padded prompt ids and attention mask."""

@@ -48,6 +48,20 @@ class TokenSampler:
         scale = self.temperature if self.temperature > 0 else 1.0
         return torch.log_softmax(logits.float() / scale, dim=-1)
 
+    def selected_log_probs(
+        self, logits: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 4
+    ) -> torch.Tensor:
+        """``log_softmax(logits / T)`` at ``targets`` only, ``[B, T]`` from ``[B, T, V]`` logits,
+        a few rows at a time: a float32 ``[B, T, V]`` copy of a 150k-token vocabulary would
+        cost gigabytes for a minibatch of long answers."""
+        scale = self.temperature if self.temperature > 0 else 1.0
+        chunks = []
+        for start in range(0, logits.shape[0], rows_per_chunk):
+            part = logits[start : start + rows_per_chunk].float() / scale
+            chosen = part.gather(-1, targets[start : start + rows_per_chunk, :, None]).squeeze(-1)
+            chunks.append(chosen - part.logsumexp(dim=-1))
+        return torch.cat(chunks)
+
     def step(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> TokenStep:
         """Sample one token per row of ``logits [B, V]``."""
         log_probs = self.log_probs(logits)
@@ -63,6 +77,8 @@ class TokenSampler:
         if self.top_k and self.top_k < log_probs.shape[-1]:
             kth = log_probs.topk(self.top_k, dim=-1).values[:, -1:]
             log_probs = log_probs.masked_fill(log_probs < kth, float("-inf"))
+            # Nucleus mass is measured on the top-k distribution, as transformers does.
+            log_probs = log_probs - log_probs.logsumexp(dim=-1, keepdim=True)
         if self.top_p < 1:
             sorted_lp, order = log_probs.sort(dim=-1, descending=True)
             cumulative = sorted_lp.exp().cumsum(dim=-1)

@@ -85,3 +85,48 @@ def test_rloo_by_hand() -> None:
     # Group 0: r_i - mean of the other two; groups of one have no baseline.
     expected = [1 - 2.5, 2 - 2.0, 3 - 1.5, 0.0, 0.0]
     assert rloo_advantages(rewards, groups).tolist() == pytest.approx(expected)
+
+
+def test_masked_kl_ignores_very_unlikely_padding() -> None:
+    from genrl.losses import token_kl
+
+    log_probs = torch.tensor([[-1.0, -95.0]], requires_grad=True)
+    ref = torch.tensor([[-1.1, 0.0]])
+    mask = torch.tensor([[True, False]])
+    kl = aggregate(token_kl(log_probs, ref, "k3", mask), mask, "token_mean")
+    kl.backward()
+    expected = math.exp(-0.1) + 0.1 - 1  # k3 of the one counted token
+    assert float(kl) == pytest.approx(expected, abs=1e-6)
+    assert torch.isfinite(log_probs.grad).all() and float(log_probs.grad[0, 1]) == 0.0
+
+
+def test_selected_log_probs_equal_the_full_log_softmax() -> None:
+    from samplers.autoregressive import TokenSampler
+
+    logits = torch.randn(5, 3, 11, generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(11, (5, 3), generator=torch.Generator().manual_seed(1))
+    sampler = TokenSampler(temperature=0.7)
+    full = sampler.log_probs(logits).gather(-1, targets[..., None]).squeeze(-1)
+    assert torch.allclose(
+        sampler.selected_log_probs(logits, targets, rows_per_chunk=2), full, atol=1e-6
+    )
+
+
+def test_top_p_is_measured_on_the_top_k_distribution() -> None:
+    from samplers.autoregressive import TokenSampler
+
+    # Top-2 keeps 0.3 and 0.3 (renormalised 0.5 / 0.5); a 0.5 nucleus then keeps only one.
+    log_probs = torch.log(torch.tensor([[0.3, 0.3, 0.2, 0.2]]))
+    truncated = TokenSampler(top_k=2, top_p=0.5)._truncate(log_probs)
+    assert torch.isfinite(truncated).sum() == 1
+
+
+def test_dropout_is_disabled_in_token_policies() -> None:
+    from torch import nn
+
+    from pipelines.base import disable_dropout
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.3))
+    model[0].attention_dropout = 0.1  # the float attribute attention layers pass on
+    disable_dropout(model)
+    assert model[1].p == 0.0 and model[0].attention_dropout == 0.0

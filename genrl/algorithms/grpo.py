@@ -99,9 +99,13 @@ class GRPO(Algorithm):
         generator = noise.device_generator(31_337, policy.device)
         out = policy.generate(prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator)
         mask = out.mask
+        finished = out.finished
         if g.stop_strings:
             mask = policy.cut_at_stop_strings(out.tokens, mask, g.stop_strings)
+            finished = finished | (mask.sum(1) < out.mask.sum(1))  # ended at a stop string
         input_ids = torch.cat([prompt_ids, out.tokens], dim=1)
+        # Tokens after a stop string stay in the (causal) input but are not trained; they
+        # cannot change the log-probs of the tokens before them.
         attention = torch.cat([prompt_mask, out.mask.long()], dim=1)
         start = prompt_ids.shape[1]
         # Old log-probs from a full forward, the computation training repeats (the sampler's
@@ -120,7 +124,7 @@ class GRPO(Algorithm):
             completion_mask=mask,
             old_log_probs=old,
             ref_log_probs=ref,
-            finished=out.finished,
+            finished=finished,
             advantages=torch.zeros(len(prompts), device=old.device),
         )
 
@@ -175,7 +179,7 @@ class GRPO(Algorithm):
         )
         metrics["policy_loss"] = float(loss.detach())
         if self.config.kl_beta > 0:
-            kl = token_kl(log_probs, mb.ref_log_probs, self.config.kl_estimator)
+            kl = token_kl(log_probs, mb.ref_log_probs, self.config.kl_estimator, mb.completion_mask)
             kl_term = aggregate(
                 kl,
                 mb.completion_mask,

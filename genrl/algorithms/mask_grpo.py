@@ -118,7 +118,7 @@ class MaskGRPO(Algorithm):
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         generator = noise.device_generator(31_337, policy.device)
         out = policy.generate(prompt_ids, prompt_mask, self.sampler, length, generator)
-        valid = _up_to_end(out.tokens, policy.tokenizer.eos_token_id)
+        valid = _up_to_end(out.tokens, policy.eos_token_ids)
         attention = torch.cat([prompt_mask, torch.ones_like(out.tokens)], dim=1)
         iterations = 1 if self.config.estimator == "trace" else self.config.num_iterations
         views = []
@@ -206,7 +206,7 @@ class MaskGRPO(Algorithm):
         metrics["policy_loss"] = float(loss.detach())
         if self.config.kl_beta > 0:
             kl = aggregate(
-                token_kl(log_probs, mb.ref_log_probs),
+                token_kl(log_probs, mb.ref_log_probs, mask=mb.counted),
                 mb.counted,
                 self.config.aggregation,
                 self.train_config.generation.max_new_tokens,
@@ -226,16 +226,16 @@ class MaskGRPO(Algorithm):
             prompt_ids, prompt_mask = policy.encode_prompts(chunk)
             generator = torch.Generator(policy.device).manual_seed(seed * 100_003 + index.start)
             out = policy.generate(prompt_ids, prompt_mask, self.eval_sampler, length, generator)
-            valid = _up_to_end(out.tokens, policy.tokenizer.eos_token_id)
+            valid = _up_to_end(out.tokens, policy.eos_token_ids)
             return policy.decode(out.tokens.masked_fill(~valid, policy.tokenizer.pad_token_id))
 
         return outputs
 
 
-def _up_to_end(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+def _up_to_end(tokens: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
     """``[B, L]`` bool: positions up to and including the first end token (all without one)."""
-    if eos_token_id is None:
+    if not eos_token_ids:
         return torch.ones_like(tokens, dtype=torch.bool)
-    is_end = (tokens == eos_token_id).long()
+    is_end = torch.isin(tokens, torch.tensor(eos_token_ids, device=tokens.device)).long()
     after_end = (is_end.cumsum(dim=1) - is_end) > 0
     return ~after_end
