@@ -24,11 +24,13 @@ def dllm_sudoku_maskgrpo() -> TrainConfig:
     90 iterations (~2.5-3 s/iteration on 1-2 CPU threads, ~5-7 min wall with evaluations).
 
     Measured (seed 0): held-out greedy solved 0.49 -> 0.54, eval cell reward 0.825 -> 0.853;
-    SOLVED_SEEDS. lr 3e-4 (the previous setting) first drops the held-out reward (0.825 -> 0.74
-    at iteration 10 with four views; -> 0.74-0.78 with two views at temperature 0.5/0.7) and
-    ends at or below the base (0.475 after 90 iterations); lr 1e-4 is stable but slow, and 150
-    iterations plateau at the same level (0.535). Two views instead of four make an iteration
-    ~1.5x cheaper at no measured loss. The +0.10 target was not reached in these budgets.
+    seeds 1 and 2: 0.535 and 0.535 (eval reward 0.837, 0.848). lr 3e-4 (the previous setting)
+    first drops the held-out reward (0.825 -> 0.74 at iteration 10 with four views; -> 0.74-0.78
+    with two views at temperature 0.5/0.7) and ends at or below the base (0.475 after 90
+    iterations), 2e-4 with 10 warm-up iterations dips less and ends at 0.525; lr 1e-4 is stable
+    but slow, and 150 iterations plateau at the same level (0.535). Two views instead of four
+    make an iteration ~1.5x cheaper at no measured loss. The +0.10 target was not reached in
+    these budgets.
     """
     return TrainConfig(
         recipe="dllm_sudoku_maskgrpo",
