@@ -21,14 +21,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipelines.base import TrainablePolicy, disable_dropout
+from pipelines.base import disable_dropout
+from pipelines.transformers_base import TransformersPolicy, load_model_and_tokenizer
 from samplers.autoregressive import Generation, TokenSampler, generate
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class CausalLMPolicy(TrainablePolicy):
+class CausalLMPolicy(TransformersPolicy):
     """A causal language model as a policy.
 
     Args:
@@ -54,10 +54,16 @@ class CausalLMPolicy(TrainablePolicy):
         tokenizer: Any = None,
     ) -> None:
         super().__init__()
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         if model is None or tokenizer is None:
-            model, tokenizer = _load(pretrained, DTYPES[dtype], trust_remote_code)
+            from transformers import AutoModelForCausalLM
+
+            model, tokenizer = load_model_and_tokenizer(
+                pretrained,
+                dtype,
+                trust_remote_code,
+                AutoModelForCausalLM.from_pretrained,
+                "causal LM",
+            )
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token  # batched prompts need a pad id
@@ -193,42 +199,6 @@ class CausalLMPolicy(TrainablePolicy):
         }
         targets = [t for t in LORA_TARGETS if t in names]
         return targets or sorted(names - {"lm_head"})
-
-    def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
-        super().setup_training(rank, alpha, target_modules)
-        for parameter in self.trainable_parameters():
-            parameter.data = parameter.data.float()
-
-    def export(self, directory: str | Path) -> Path:
-        """LoRA: a peft adapter (``PeftModel.from_pretrained(base, directory)``); full fine-tune:
-        ``save_pretrained`` (``AutoModelForCausalLM.from_pretrained(directory)``). Both with
-        the tokenizer."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.network.save_pretrained(str(directory))
-        self.tokenizer.save_pretrained(str(directory))
-        return directory
-
-
-def _load(pretrained: str | None, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
-    if not pretrained:
-        raise ValueError("policy causal_lm needs policy.pretrained: a hub id or a local directory")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            pretrained, dtype=dtype, trust_remote_code=trust_remote_code
-        )
-    except (OSError, ValueError) as err:
-        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
-        hint = (
-            ""
-            if trust_remote_code
-            else " (custom model code needs policy.kwargs.trust_remote_code=true)"
-        )
-        raise ValueError(f"cannot load {pretrained!r} as a causal LM: {first_line}{hint}") from err
-    return model, tokenizer
 
 
 def eos_ids(model: Any, tokenizer: Any) -> list[int]:

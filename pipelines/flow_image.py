@@ -17,6 +17,7 @@ same way for all of them:
 
 from __future__ import annotations
 
+import abc
 import inspect
 import warnings
 from pathlib import Path
@@ -97,20 +98,21 @@ class FlowImagePolicy(FlowPolicy):
         self._null: Condition | None = None
 
     # -- family hooks ----------------------------------------------------------------------------
+    @abc.abstractmethod
     def _encode(self, prompts: list[str]) -> Condition:
         """Embeddings of distinct prompts, ``[U, ...]`` per key."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _encode_negative(self) -> Condition:
         """The unconditional embedding, ``[1, ...]`` per key."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        raise NotImplementedError
+        """One sample's latent shape for an image size (checking the size fits)."""
 
+    @abc.abstractmethod
     def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Clean latents -> VAE output in ``[-1, 1]``."""
-        raise NotImplementedError
 
     def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
         """Extra ``set_timesteps`` arguments the pipeline passes (e.g. FLUX's ``mu``)."""

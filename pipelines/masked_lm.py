@@ -17,13 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipelines.base import TrainablePolicy, disable_dropout
+from pipelines.base import disable_dropout
+from pipelines.transformers_base import TransformersPolicy, load_model_and_tokenizer
 from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-
-class MaskedLMPolicy(TrainablePolicy):
+class MaskedLMPolicy(TransformersPolicy):
     """A masked-diffusion LM as a policy.
 
     Args:
@@ -46,10 +45,10 @@ class MaskedLMPolicy(TrainablePolicy):
         tokenizer: Any = None,
     ) -> None:
         super().__init__()
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         if model is None or tokenizer is None:
-            model, tokenizer = _load(pretrained, DTYPES[dtype], trust_remote_code)
+            model, tokenizer = load_model_and_tokenizer(
+                pretrained, dtype, trust_remote_code, _load_masked_lm, "masked LM"
+            )
         if tokenizer.mask_token_id is None:
             raise ValueError("a masked-diffusion LM needs a tokenizer with a mask token")
         self.tokenizer = tokenizer
@@ -130,45 +129,19 @@ class MaskedLMPolicy(TrainablePolicy):
         }
         return sorted(names - {"decoder", "lm_head"})
 
-    def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
-        super().setup_training(rank, alpha, target_modules)
-        for parameter in self.trainable_parameters():
-            parameter.data = parameter.data.float()
 
-    def export(self, directory: str | Path) -> Path:
-        """A peft adapter (LoRA) or ``save_pretrained`` model, with the tokenizer."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.network.save_pretrained(str(directory))
-        self.tokenizer.save_pretrained(str(directory))
-        return directory
-
-
-def _load(pretrained: str | None, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any]:
-    if not pretrained:
-        raise ValueError("policy masked_lm needs policy.pretrained: a hub id or a local directory")
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+def _load_masked_lm(pretrained: str, dtype: torch.dtype, trust_remote_code: bool) -> Any:
+    from transformers import AutoModel, AutoModelForMaskedLM
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-        try:
-            model = AutoModelForMaskedLM.from_pretrained(
-                pretrained, dtype=dtype, trust_remote_code=trust_remote_code
-            )
-        except ValueError:
-            if not trust_remote_code:
-                raise
-            # LLaDA registers its model class for AutoModel only.
-            model = AutoModel.from_pretrained(pretrained, dtype=dtype, trust_remote_code=True)
-    except (OSError, ValueError) as err:
-        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
-        hint = (
-            ""
-            if trust_remote_code
-            else " (custom model code needs policy.kwargs.trust_remote_code=true)"
+        return AutoModelForMaskedLM.from_pretrained(
+            pretrained, dtype=dtype, trust_remote_code=trust_remote_code
         )
-        raise ValueError(f"cannot load {pretrained!r} as a masked LM: {first_line}{hint}") from err
-    return model, tokenizer
+    except ValueError:
+        if not trust_remote_code:
+            raise
+        # LLaDA registers its model class for AutoModel only.
+        return AutoModel.from_pretrained(pretrained, dtype=dtype, trust_remote_code=True)
 
 
 EMBEDDED_SUDOKU_DLLM = Path(__file__).resolve().parents[1] / "genrl" / "assets" / "sudoku_dllm"
