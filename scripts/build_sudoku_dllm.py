@@ -15,12 +15,8 @@ generators: identical bits on the same machine and torch build.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import math
 import sys
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -32,10 +28,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+
 from genrl.tasks import sudoku  # noqa: E402
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "sudoku_dllm"
-MANIFEST = "manifest.json"
 COMMAND = "python scripts/build_sudoku_dllm.py"
 SPECIAL_TOKENS = ["<pad>", "<mask>", "<eos>", "<unk>"]  # ids 0, 1, 2, 3
 CHARACTERS = "1234. :Sudok"  # digits, blank, separators and the prompt's word
@@ -218,24 +215,6 @@ def evaluate(model: Any, tokenizer: Any, split: str, counts: tuple[int, ...]) ->
     return results
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def check(out: Path, manifest: dict[str, Any] | None = None) -> int:
-    """Exit status 0 when every file in the (given or shipped) manifest has its recorded sha256."""
-    if manifest is None and not (out / MANIFEST).is_file():
-        print(f"missing {out / MANIFEST}; run `{COMMAND}`")
-        return 1
-    status, manifest = 0, manifest or json.loads((out / MANIFEST).read_text())
-    for name, entry in manifest["files"].items():
-        path = out / name
-        ok = path.is_file() and sha256(path) == entry["sha256"]
-        status |= not ok
-        print(f"{'ok' if ok else 'MISMATCH' if path.is_file() else 'MISSING':8} {path}")
-    return status
-
-
 def build(out: Path) -> dict[str, Any]:
     start = time.perf_counter()
     torch.set_num_threads(1)
@@ -257,7 +236,7 @@ def build(out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    files = sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
+    files = sorted(asset_tools.file_entries(out))
     manifest = {
         "description": "Tiny ModernBERT masked-diffusion LM (LLaDA loss) for genrl.tasks.sudoku",
         "command": COMMAND,
@@ -270,29 +249,15 @@ def build(out: Path) -> dict[str, Any]:
         "accept": ACCEPT,
         "metrics": {**train_metrics, "heldout": heldout, "train": train_eval},
         "torch_version": torch.__version__,
-        "files": {
-            name: {"sha256": sha256(out / name), "size_bytes": (out / name).stat().st_size}
-            for name in files
-        },
+        "files": asset_tools.file_entries(out),
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    asset_tools.write_manifest(out, manifest)
     print(f"wrote {out}: {files}; total {time.perf_counter() - start:.1f} s")
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--check", action="store_true", help="verify shipped files vs manifest")
-    parser.add_argument("--reproduce", action="store_true", help="rebuild and compare sha256s")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
-    args = parser.parse_args(argv)
-    if args.check:
-        return check(args.out)
-    if args.reproduce:  # the shipped files must match a fresh build's sha256s
-        with tempfile.TemporaryDirectory() as tmp:
-            return check(args.out, build(Path(tmp)))
-    build(args.out)
-    return 0
+    return asset_tools.main(argv, __doc__.split("\n", 1)[0], OUT_DIR, COMMAND, build)
 
 
 if __name__ == "__main__":
