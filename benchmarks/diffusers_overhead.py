@@ -32,19 +32,18 @@ The last line of output is one JSON object (DESIGN.md section 7); its headline
 from __future__ import annotations
 
 import argparse
-import contextlib
-import inspect
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from timing import DTYPES, PhaseTimer, autocast, synchronize, time_interleaved
 
 from genrl.algorithms.base import RolloutNoise
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
@@ -53,7 +52,6 @@ from genrl.groups import expand_groups
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py
 TARGET_RATIO = 1.15
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PROMPT_WORDS = (
     ["red", "blue", "green", "yellow", "purple", "orange", "black", "white"],
     ["cat", "dog", "tree", "car", "house", "boat", "bird", "flower"],
@@ -125,18 +123,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # -- set-up ------------------------------------------------------------------------------------
-def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    """The trainer's mixed precision: autocast to the frozen weights' dtype (off for float32)."""
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype])
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def build_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
     return TrainConfig(
         recipe="diffusers_overhead",
@@ -238,73 +224,7 @@ def pipe_rollout(
     return run
 
 
-def time_interleaved(
-    methods: dict[str, Callable[[int], torch.Tensor]], repeats: int, warmup: int
-) -> dict[str, list[float]]:
-    """Seconds per call of each method; the order alternates every repeat to cancel drift."""
-    names = list(methods)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(warmup + repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            out = methods[name](r)
-            elapsed = time.perf_counter() - start
-            if not bool(torch.isfinite(out.float()).all()):
-                raise RuntimeError(f"{name} produced non-finite latents")
-            if r >= warmup:
-                times[name].append(elapsed)
-    return times
-
-
 # -- per-phase profile -------------------------------------------------------------------------
-class PhaseTimer:
-    """Wall time spent inside wrapped callables and properties, restored on exit. On a GPU each
-    timed call synchronises before and after, so phases show where time goes, not overlap."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self._restore: list[tuple[Any, str, Any]] = []
-
-    def _timed(self, function: Callable[..., Any], phase: str) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            synchronize(self.device)
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                synchronize(self.device)
-                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-                self.calls[phase] = self.calls.get(phase, 0) + 1
-
-        return timed
-
-    def wrap(self, owner: Any, attribute: str, phase: str) -> None:
-        """Time ``owner.attribute(...)`` (a method or function attribute of an instance)."""
-        own = vars(owner).get(attribute)
-        self._restore.append((owner, attribute, own))
-        setattr(owner, attribute, self._timed(getattr(owner, attribute), phase))
-
-    def wrap_property(self, cls: type, attribute: str, phase: str) -> None:
-        """Time reads of the property ``cls.attribute`` on every instance of ``cls``."""
-        original = inspect.getattr_static(cls, attribute)
-        self._restore.append((cls, attribute, vars(cls).get(attribute)))
-        setattr(cls, attribute, property(self._timed(original.fget, phase)))
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[PhaseTimer]:
-        try:
-            yield self
-        finally:
-            for owner, attribute, own in reversed(self._restore):
-                if own is None:
-                    delattr(owner, attribute)
-                else:
-                    setattr(owner, attribute, own)
-            self._restore.clear()
-
-
 def profile_phases(
     algorithm: FlowGRPO,
     policy: Any,

@@ -31,7 +31,6 @@ The last line of output is one JSON object (DESIGN.md section 7).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import json
 import math
@@ -44,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 
 from genrl.algorithms.base import RolloutNoise
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
@@ -83,7 +83,6 @@ TINY = {
 SCHEDULER = {"shift": 3.0, "num_train_timesteps": 1000}
 # 77 CLIP tokens + 256 T5 tokens (the pipeline's default max_sequence_length).
 TEXT_TOKENS = 333
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -226,17 +225,6 @@ def train_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
 
 
 # -- measuring -----------------------------------------------------------------------------------
-def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[dtype])
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(device: torch.device, function: Callable[[], Any]) -> tuple[float, float | None, Any]:
     """(seconds, peak GiB allocated during the call or None off-GPU, result)."""
     if device.type == "cuda":

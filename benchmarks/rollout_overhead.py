@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from timing import time_interleaved  # benchmarks/timing.py
 
 import genrl
 from genrl.algorithms.base import RolloutNoise
@@ -126,25 +127,6 @@ def ode_rollout(
     return run
 
 
-def time_interleaved(
-    methods: dict[str, Callable[[int], torch.Tensor]], repeats: int, warmup: int
-) -> dict[str, list[float]]:
-    """Seconds per call of each method; the order alternates every repeat to cancel drift."""
-    names = list(methods)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(warmup + repeats):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            start = time.perf_counter()
-            out = methods[name](r)
-            elapsed = time.perf_counter() - start
-            if not bool(torch.isfinite(out).all()):
-                raise RuntimeError(f"{name} rollout produced non-finite samples")
-            if r >= warmup:
-                times[name].append(elapsed)
-    return times
-
-
 def quartiles(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
         return values[0], values[0]
@@ -159,6 +141,7 @@ def measure(
     config: genrl.TrainConfig,
 ) -> dict[str, float | int]:
     algorithm = FlowGRPO(config.algorithm, config)
+    algorithm.setup(policy)  # samplers on the policy's noise schedule
     prompts, group_ids = make_prompts(batch_size, config.train.group_size)
     methods = {
         "ode": ode_rollout(
