@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_user_error(err: Exception) -> bool:
     from genrl.checkpoint import CheckpointError
+    from genrl.dynamic_sampling import DynamicSamplingError
     from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
     from reward_models import RewardError
@@ -97,6 +98,7 @@ def _is_user_error(err: Exception) -> bool:
         | CheckpointError
         | RewardError
         | NonFiniteLossError
+        | DynamicSamplingError
         | FileNotFoundError
         | ValueError,
     )

@@ -137,6 +137,16 @@ class TrainLoopConfig:
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
     """Autocast for model forwards; log-probs are always float32."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop groups whose ``dynamic_sampling_metric`` is the same for
+    every sample (zero advantage, no gradient) and sample further prompts until
+    ``prompts_per_iteration`` groups with differing rewards remain."""
+    dynamic_sampling_max_rounds: int = 8
+    """Hard cap on sampling rounds per iteration (each samples ``prompts_per_iteration`` groups);
+    reaching it without enough varied groups saves a checkpoint and stops with an error."""
+    dynamic_sampling_metric: str = ""
+    """Score whose within-group spread decides, e.g. ``countdown/accuracy`` (DAPO filters on
+    accuracy); empty: the combined reward."""
     noise_layout: Literal["global", "local"] = "global"
     """``global``: each process draws the whole batch's noise and keeps its slice, so N processes
     reproduce a one-process run; ``local``: each draws only its own (cheaper at large scale)."""
@@ -237,6 +247,7 @@ class TrainConfig:
             "train.inner_epochs": t.inner_epochs,
             "train.minibatch_size": t.minibatch_size,
             "train.gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "train.dynamic_sampling_max_rounds": t.dynamic_sampling_max_rounds,
             "sampler.num_steps": s.num_steps,
             "eval.samples_per_prompt": self.eval.samples_per_prompt,
             "eval.num_steps": self.eval.num_steps,
@@ -256,6 +267,12 @@ class TrainConfig:
         }.items():
             if value < 0:
                 raise ConfigError(f"{key} must be >= 0, got {value}")
+        if t.dynamic_sampling and t.prompts_per_iteration % num_processes:
+            raise ConfigError(
+                f"train.dynamic_sampling keeps whole groups on each process: "
+                f"train.prompts_per_iteration ({t.prompts_per_iteration}) must be divisible by "
+                f"the number of processes ({num_processes})"
+            )
         if o.lr <= 0:
             raise ConfigError(f"optim.lr must be positive, got {o.lr}")
         if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):

@@ -27,12 +27,15 @@ class PromptSource:
         if not self.eval:
             raise ValueError("the prompt source has no evaluation prompts")
 
-    def sample(self, n: int, seed: int, iteration: int) -> list[str]:
+    def sample(self, n: int, seed: int, iteration: int, offset: int = 0) -> list[str]:
+        """Prompts ``offset .. offset + n`` of the iteration's stream of shuffled passes over the
+        training prompts (``offset > 0``: the refill rounds of dynamic sampling, which continue
+        the stream instead of repeating its first prompts)."""
         generator = torch.Generator().manual_seed(seed * 1_000_003 + iteration * 31 + 17)
         order: list[int] = []
-        while len(order) < n:
+        while len(order) < offset + n:
             order.extend(torch.randperm(len(self.train), generator=generator).tolist())
-        return [self.train[i] for i in order[:n]]
+        return [self.train[i] for i in order[offset : offset + n]]
 
 
 def _digits() -> PromptSource:

@@ -33,6 +33,20 @@ class Batch:
         values = {f.name: _select(getattr(self, f.name), index) for f in dataclasses.fields(self)}
         return type(self)(**values)
 
+    @classmethod
+    def concatenate(cls: type[B], batches: list[B]) -> B:
+        """One batch with the samples of ``batches`` in order (e.g. the rounds of dynamic
+        sampling). Per-sample tensors must agree beyond the batch dimension; subclasses whose
+        widths vary from batch to batch (padded token sequences) align them first."""
+        if not batches:
+            raise ValueError("nothing to concatenate")
+        return cls(
+            **{
+                f.name: _concatenate([getattr(b, f.name) for b in batches], f.name)
+                for f in dataclasses.fields(cls)
+            }
+        )
+
 
 def _select(value: object, index: torch.Tensor | slice) -> object:
     if isinstance(value, torch.Tensor):
@@ -44,6 +58,35 @@ def _select(value: object, index: torch.Tensor | slice) -> object:
     if isinstance(value, dict):
         return {k: _select(v, index) for k, v in value.items()}
     return value
+
+
+def _concatenate(values: list, name: str) -> object:
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        shapes = {tuple(v.shape[1:]) for v in values}
+        if len(shapes) > 1:
+            raise ValueError(f"cannot concatenate field {name!r}: per-sample shapes {shapes}")
+        return torch.cat(values)
+    if isinstance(first, list):
+        return [item for value in values for item in value]
+    if isinstance(first, dict):
+        return {k: _concatenate([v[k] for v in values], f"{name}.{k}") for k in first}
+    if any(v is not first for v in values[1:]):
+        raise ValueError(f"cannot concatenate field {name!r}: batches hold different objects")
+    return first
+
+
+def _pad_columns(
+    tensor: torch.Tensor, dim: int, before: int, after: int, value: float = 0
+) -> torch.Tensor:
+    """``tensor`` widened along ``dim`` by ``before`` leading and ``after`` trailing columns."""
+    if before == 0 and after == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] += before + after
+    out = tensor.new_full(shape, value)
+    out.narrow(dim, before, tensor.shape[dim]).copy_(tensor)
+    return out
 
 
 @dataclass
@@ -161,6 +204,29 @@ class TokenRollout(Batch):
         """``[N]`` number of trained completion tokens."""
         return self.completion_mask.sum(dim=1)
 
+    @classmethod
+    def concatenate(cls, batches: list[TokenRollout]) -> TokenRollout:  # type: ignore[override]
+        """Concatenate after widening every batch to the longest prompt (padded on the left)
+        and the longest completion (on the right); new columns are masked out (attention 0,
+        completion mask False), so their token id (0) is never read."""
+        prompt = max(b.completion_start for b in batches)
+        length = max(b.completion_mask.shape[1] for b in batches)
+        aligned = []
+        for b in batches:
+            before, after = prompt - b.completion_start, length - b.completion_mask.shape[1]
+            has_ref = b.ref_log_probs.shape[1] > 0
+            aligned.append(
+                dataclasses.replace(
+                    b,
+                    input_ids=_pad_columns(b.input_ids, 1, before, after),
+                    attention_mask=_pad_columns(b.attention_mask, 1, before, after),
+                    completion_mask=_pad_columns(b.completion_mask, 1, 0, after),
+                    old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after),
+                    ref_log_probs=_pad_columns(b.ref_log_probs, 1, 0, after if has_ref else 0),
+                )
+            )
+        return super().concatenate(aligned)
+
 
 @dataclass
 class MaskedUnits(Batch):
@@ -210,6 +276,22 @@ class MaskedRollout(Batch):
     old_log_probs: torch.Tensor
     ref_log_probs: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    @classmethod
+    def concatenate(cls, batches: list[MaskedRollout]) -> MaskedRollout:  # type: ignore[override]
+        """Concatenate after left-padding every batch's prompts to the longest (attention 0)."""
+        prompt = max(b.attention_mask.shape[1] - b.targets.shape[1] for b in batches)
+        aligned = []
+        for b in batches:
+            before = prompt - (b.attention_mask.shape[1] - b.targets.shape[1])
+            aligned.append(
+                dataclasses.replace(
+                    b,
+                    inputs=_pad_columns(b.inputs, 2, before, 0),
+                    attention_mask=_pad_columns(b.attention_mask, 1, before, 0),
+                )
+            )
+        return super().concatenate(aligned)
 
     def units(self) -> MaskedUnits:
         """Flatten to ``N * V`` units (view-major within each sample)."""

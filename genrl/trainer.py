@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,9 @@ from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import RolloutNoise
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
+from genrl.dynamic_sampling import DynamicSamplingError, collect_varied_groups
 from genrl.evaluation import EvalResult, evaluate
-from genrl.groups import expand_groups, gather_scores, group_stats, process_slice
+from genrl.groups import expand_groups, gather, gather_scores, group_stats, process_slice
 from genrl.interrupt import StopRequest
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
@@ -43,6 +44,10 @@ class CollectedBatch:
         group_ids: ``[N]`` group ids of the gathered batch.
         advantages: ``[N]`` advantages of the gathered batch.
         timings: seconds spent per phase.
+        extra_metrics: further iteration metrics (dynamic sampling's rounds).
+
+    With dynamic sampling, ``scores`` and ``group_ids`` cover every sample of every round and
+    ``advantages`` the training batch.
     """
 
     rollout: Any
@@ -51,6 +56,7 @@ class CollectedBatch:
     group_ids: torch.Tensor
     advantages: torch.Tensor
     timings: dict[str, float]
+    extra_metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Trainer:
@@ -123,15 +129,59 @@ class Trainer:
         return self.updater.steps
 
     def collect(self) -> CollectedBatch:
-        """Phases 1-4 of the current iteration: prompts, rollout, rewards, advantages."""
+        """Phases 1-4 of the current iteration: prompts, rollout, rewards, advantages; with
+        ``train.dynamic_sampling``, refill rounds until enough groups have varied rewards."""
+        t = self.config.train
+        if not t.dynamic_sampling:
+            return self._collect_round(0)
+        num_processes = self.accelerator.num_processes
+
+        def min_over_processes(count: int) -> int:
+            if num_processes == 1:
+                return count
+            counts = self.accelerator.gather(torch.tensor([count], device=self.policy.device))
+            return int(counts.min())
+
+        rollout, rounds = collect_varied_groups(
+            self._collect_round,
+            target_groups=t.prompts_per_iteration // num_processes,
+            group_size=t.group_size,
+            max_rounds=t.dynamic_sampling_max_rounds,
+            metric=t.dynamic_sampling_metric or self.reward.name,
+            local=self.local,
+            min_over_processes=min_over_processes,
+        )
+        # Metrics describe everything sampled this iteration (what the policy achieves), the
+        # advantages the training batch.
+        scores = {k: torch.cat([b.scores[k] for b in rounds]) for k in rounds[0].scores}
+        generated = sum(len(b.group_ids) for b in rounds) // t.group_size
+        return CollectedBatch(
+            rollout=rollout,
+            noise=rounds[0].noise,
+            scores=scores,
+            group_ids=torch.cat([b.group_ids for b in rounds]),
+            advantages=gather(rollout.advantages, self.accelerator),
+            timings={k: sum(b.timings[k] for b in rounds) for k in rounds[0].timings},
+            extra_metrics={
+                "dynamic_sampling/rounds": float(len(rounds)),
+                "dynamic_sampling/kept_group_fraction": t.prompts_per_iteration / generated,
+            },
+        )
+
+    def _collect_round(self, round_index: int) -> CollectedBatch:
+        """One batch of ``prompts_per_iteration`` groups; refill rounds (``round_index > 0``)
+        draw the iteration's next prompts and fresh noise, and number their groups after the
+        earlier rounds' so that ids stay unique within the iteration."""
         cfg, acc = self.config, self.accelerator
-        it = self.iteration
+        it, per_round = self.iteration, cfg.train.prompts_per_iteration
         t_start = time.perf_counter()
 
         # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
-        prompts = self.prompts.sample(cfg.train.prompts_per_iteration, cfg.seed, it)
+        prompts = self.prompts.sample(per_round, cfg.seed, it, offset=round_index * per_round)
         global_prompts, global_group_ids = expand_groups(prompts, cfg.train.group_size)
-        noise = RolloutNoise(cfg.seed, it, self.num_global, self.local, cfg.train.noise_layout)
+        noise = RolloutNoise(
+            cfg.seed, it, self.num_global, self.local, cfg.train.noise_layout, round_index
+        )
         local_prompts = global_prompts[self.local]
 
         # 2. Rollout (no gradients).
@@ -152,6 +202,9 @@ class Trainer:
         # 4. Advantages on the gathered batch; keep this process's slice.
         advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
         rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        if round_index:
+            global_group_ids = global_group_ids + round_index * per_round
+            rollout.group_ids = rollout.group_ids + round_index * per_round
         return CollectedBatch(
             rollout=rollout,
             noise=noise,
@@ -184,10 +237,11 @@ class Trainer:
         metrics["advantages/mean"] = float(batch.advantages.mean())
         metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
         metrics.update(update_metrics)
+        metrics.update(batch.extra_metrics)
         metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
         metrics["time/update_s"] = time.perf_counter() - t_update
         metrics["time/iteration_s"] = time.perf_counter() - t_start
-        metrics["time/samples_per_s"] = self.num_global / max(batch.timings["rollout_s"], 1e-9)
+        metrics["time/samples_per_s"] = len(rewards) / max(batch.timings["rollout_s"], 1e-9)
         self.iteration += 1
         return metrics
 
@@ -334,6 +388,12 @@ class Trainer:
                     ce = cfg.logging.checkpoint_every
                     if ce and self.iteration % ce == 0 and self.iteration < end:
                         self.save_checkpoint(time.perf_counter() - started)
+        except DynamicSamplingError as err:
+            # Keep the finished iterations: the run resumes with a higher cap.
+            self.save_checkpoint(time.perf_counter() - started)
+            raise DynamicSamplingError(
+                f"{err} Finished iterations are saved; resume with --resume {self.run_dir}"
+            ) from None
         finally:
             if bar is not None:
                 bar.close()

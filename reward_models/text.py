@@ -72,9 +72,18 @@ class OverlongPenalty(RewardModel):
 
 class SudokuReward(RewardModel):
     """``sudoku``: fraction of the puzzle's blank cells filled correctly
-    (``genrl.tasks.sudoku``); also logs ``solved`` (every blank right)."""
+    (``genrl.tasks.sudoku``), plus ``solved_bonus`` when every blank is right; also logs
+    ``solved`` (0/1).
+
+    Args:
+        solved_bonus: added for a fully solved grid, so that the last wrong cell is worth more
+            than the others (0: the plain cell fraction).
+    """
 
     name = "sudoku"
+
+    def __init__(self, solved_bonus: float = 0.0) -> None:
+        self.solved_bonus = solved_bonus
 
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
@@ -84,5 +93,6 @@ class SudokuReward(RewardModel):
         del metadata
         if isinstance(outputs, torch.Tensor):
             raise ValueError(f"{self.name}: expected completion texts, got a tensor")
-        values = torch.tensor(sudoku_reward(prompts, outputs), dtype=torch.float32)
-        return RewardOutput({self.name: values, "solved": (values == 1.0).float()})
+        cells = torch.tensor(sudoku_reward(prompts, outputs), dtype=torch.float32)
+        solved = (cells == 1.0).float()
+        return RewardOutput({self.name: cells + self.solved_bonus * solved, "solved": solved})

@@ -161,3 +161,11 @@ def test_tokenizer_and_model_load_offline() -> None:
     assert all(len(c) == COMPLETION_CHARS and set(c) <= set("1234") for c in completions)
     rewards = sudoku_reward(prompts, completions)
     assert sum(rewards) / len(rewards) >= 0.6, completions  # far above chance (about 0.25)
+
+
+def test_reward_model_adds_the_solved_bonus() -> None:
+    from reward_models import build_reward
+
+    out = build_reward("sudoku", solved_bonus=0.5)([S, "3333333333333333"], [P, P])
+    assert out.scores["sudoku"].tolist() == pytest.approx([1.5, 0.5])
+    assert out.scores["solved"].tolist() == [1.0, 0.0]

@@ -42,7 +42,13 @@ class RolloutNoise:
     """
 
     def __init__(
-        self, seed: int, iteration: int, num_global: int, local: slice, layout: str = "global"
+        self,
+        seed: int,
+        iteration: int,
+        num_global: int,
+        local: slice,
+        layout: str = "global",
+        round_index: int = 0,
     ) -> None:
         if layout not in ("global", "local"):
             raise ValueError(f"noise layout must be 'global' or 'local', got {layout!r}")
@@ -51,6 +57,9 @@ class RolloutNoise:
         self.num_global = num_global
         self.local = local
         self.layout = layout
+        self.round_index = (
+            round_index  # refill round of dynamic sampling (0: the iteration's first batch)
+        )
 
     @property
     def num_local(self) -> int:
@@ -59,9 +68,8 @@ class RolloutNoise:
     def generator(self, tag: int) -> torch.Generator:
         """A CPU generator for stream ``tag``, the same on every process."""
         # Large odd multipliers keep neighbouring iterations and tags from colliding.
-        return torch.Generator().manual_seed(
-            (self.seed * 1_000_003 + self.iteration * 7_919 + tag * 104_729) % (2**63 - 1)
-        )
+        key = self.seed * 1_000_003 + self.iteration * 7_919 + tag * 104_729
+        return torch.Generator().manual_seed((key + self.round_index * 15_485_867) % (2**63 - 1))
 
     def _per_sample(self, draw: Any, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
         if self.layout == "global":
