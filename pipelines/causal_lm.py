@@ -67,9 +67,7 @@ class CausalLMPolicy(TransformersPolicy):
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token  # batched prompts need a pad id
-        if chat_template and not getattr(tokenizer, "chat_template", None):
-            raise ValueError("policy chat_template=true but the tokenizer has no chat template")
-        self.chat_template = chat_template
+        self.use_chat_template(chat_template)
         self.max_prompt_length = max_prompt_length
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(
@@ -84,16 +82,6 @@ class CausalLMPolicy(TransformersPolicy):
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
 
     # -- prompts and text -------------------------------------------------------------------------
-    def format_prompts(self, prompts: list[str]) -> list[str]:
-        if not self.chat_template:
-            return list(prompts)
-        return [
-            self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
-            )
-            for p in prompts
-        ]
-
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, P]`` left-padded prompt ids and attention mask (on the model's device)."""
         tok = self.tokenizer

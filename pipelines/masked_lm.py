@@ -31,6 +31,9 @@ class MaskedLMPolicy(TransformersPolicy):
         gradient_checkpointing: recompute activations in the backward pass.
         trust_remote_code: allow the checkpoint's own modelling code (LLaDA needs it; off by
             default).
+        chat_template: wrap each prompt as a user message with the tokenizer's chat template
+            (instruction-tuned checkpoints such as LLaDA-8B-Instruct).
+        mask_token_id: the mask token when the tokenizer does not name one (LLaDA: 126336).
         model, tokenizer: already built objects instead of ``pretrained``.
     """
 
@@ -41,6 +44,8 @@ class MaskedLMPolicy(TransformersPolicy):
         dtype: str = "float32",
         gradient_checkpointing: bool = False,
         trust_remote_code: bool = False,
+        chat_template: bool = False,
+        mask_token_id: int | None = None,
         model: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -49,12 +54,18 @@ class MaskedLMPolicy(TransformersPolicy):
             model, tokenizer = load_model_and_tokenizer(
                 pretrained, dtype, trust_remote_code, _load_masked_lm, "masked LM"
             )
-        if tokenizer.mask_token_id is None:
-            raise ValueError("a masked-diffusion LM needs a tokenizer with a mask token")
+        if mask_token_id is None:
+            mask_token_id = tokenizer.mask_token_id
+        if mask_token_id is None:
+            raise ValueError(
+                "a masked-diffusion LM needs a mask token: the tokenizer names none, so set "
+                "policy.kwargs.mask_token_id (LLaDA: 126336)"
+            )
         self.tokenizer = tokenizer
-        self.mask_token_id = int(tokenizer.mask_token_id)
+        self.mask_token_id = int(mask_token_id)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token or tokenizer.mask_token
+        self.use_chat_template(chat_template)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -76,7 +87,12 @@ class MaskedLMPolicy(TransformersPolicy):
         """``[B, P]`` left-padded prompt ids and attention mask."""
         tok = self.tokenizer
         tok.padding_side = "left"
-        encoded = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        encoded = tok(
+            self.format_prompts(prompts),
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,  # a chat template adds its own; plain prompts stay as is
+        )
         return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

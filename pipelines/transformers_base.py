@@ -49,6 +49,24 @@ class TransformersPolicy(TrainablePolicy):
     the storage dtype, and export with the tokenizer."""
 
     tokenizer: Any
+    chat_template: bool = False
+
+    def use_chat_template(self, enabled: bool) -> None:
+        """Wrap each prompt as a user message with the tokenizer's chat template."""
+        if enabled and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("policy chat_template=true but the tokenizer has no chat template")
+        self.chat_template = enabled
+
+    def format_prompts(self, prompts: list[str]) -> list[str]:
+        """Prompts as the model reads them (through the chat template when enabled)."""
+        if not self.chat_template:
+            return list(prompts)
+        return [
+            self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+            )
+            for p in prompts
+        ]
 
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         super().setup_training(rank, alpha, target_modules)

@@ -267,3 +267,36 @@ def test_two_processes_refill_the_same_number_of_rounds(tmp_path: Path, lm_dir: 
     assert ranks[0]["rounds"] == ranks[1]["rounds"] >= 2
     for rank in ranks:
         assert len(rank["prompts"]) == 4 and all(p.startswith("write") for p in rank["prompts"])
+
+
+class HandwrittenIsSolved(RewardModel):
+    """Images: 1 for "a handwritten digit ..." prompts (never varies), else the mean pixel."""
+
+    name = "handwritten_solved"
+
+    def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
+        del metadata
+        pixels = outputs.float().flatten(1).mean(1).cpu()
+        solved = torch.tensor([p.startswith("a handwritten") for p in prompts])
+        return RewardOutput({self.name: torch.where(solved, 1.0, pixels)})
+
+
+def test_flow_trajectories_refill_and_train(tmp_path: Path, monkeypatch) -> None:
+    from tiny import tiny_config
+
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "handwritten_solved", HandwrittenIsSolved)
+    config = tiny_config(
+        tmp_path,
+        "reward.0.name=handwritten_solved",
+        "reward.0.kwargs={}",
+        "train.dynamic_sampling=true",
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    assert len(batch.rollout) == 16 and batch.rollout.latents.shape[0] == 16
+    assert not any(p.startswith("a handwritten") for p in batch.rollout.prompts)
+    assert len(batch.group_ids) > 16  # the first round held a "handwritten" prompt
+    metrics = trainer.train_iteration()
+    assert metrics["loss/first_minibatch_ratio_deviation"] == 0.0

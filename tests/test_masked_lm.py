@@ -238,3 +238,71 @@ def test_gumbel_sampling_follows_the_softmax() -> None:
         logits, torch.Generator().manual_seed(0)
     )
     assert (hot == 2).float().mean() < 0.5
+
+
+def test_llada_recipe_runs_on_a_tiny_stand_in(tmp_path: Path, dllm_dir: Path, monkeypatch) -> None:
+    """LLaDA-8B's recipe (LoRA 128, 12 views, blocks, bf16, chat template, explicit mask id)
+    for one iteration on the tiny model, its tokenizer given a chat template and no mask name."""
+    from accelerate.state import AcceleratorState
+    from transformers import AutoTokenizer
+
+    from genrl import get_recipe
+    from genrl.trainer import Trainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(dllm_dir))
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %} :{% endif %}"
+    )
+    tokenizer.save_pretrained(str(dllm_dir / "chat"))
+    for name in ("config.json", "model.safetensors"):
+        (dllm_dir / "chat" / name).write_bytes((dllm_dir / name).read_bytes())
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("ab 12\ncd 34\nef 56\n")
+    monkeypatch.setitem(REWARDS, "digit_share", DigitShare)
+    config = get_recipe("llada8b_countdown_maskgrpo")
+    config.apply_overrides(
+        [
+            f"policy.pretrained={dllm_dir / 'chat'}",
+            'policy.kwargs={"trust_remote_code": true, "chat_template": true, "mask_token_id": 1}',
+            "policy.lora_rank=4",
+            "reward.0.name=digit_share",
+            "reward.0.kwargs={}",
+            f"prompts.dataset={prompts}",
+            "generation.max_new_tokens=8",
+            "generation.diffusion_steps=4",
+            "generation.block_length=4",
+            "train.prompts_per_iteration=2",
+            "train.group_size=3",
+            "train.iterations=1",
+            f"output_dir={tmp_path / 'run'}",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+        ]
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        trainer = Trainer(config)
+        assert trainer.policy.format_prompts(["ab 12"]) == ["ab 12 :"]
+        metrics = trainer.train_iteration()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert metrics["loss/first_minibatch_ratio_deviation"] == 0.0
+    assert metrics["optimizer_steps"] == 2 * 3 * 12 // (6 * 2)  # units / (minibatch x accumulation)
+    assert metrics["loss/counted_tokens"] > 0
+
+
+def test_a_tokenizer_without_a_mask_token_needs_mask_token_id(
+    tmp_path: Path, dllm_dir: Path
+) -> None:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(dllm_dir))
+    tokenizer.mask_token = None
+    model = AutoModelForMaskedLM.from_pretrained(str(dllm_dir))
+    with pytest.raises(ValueError, match="mask_token_id"):
+        build_policy("masked_lm", model=model, tokenizer=tokenizer)
+    assert (
+        build_policy("masked_lm", model=model, tokenizer=tokenizer, mask_token_id=1).mask_token_id
+        == 1
+    )
