@@ -9,7 +9,11 @@ evaluation together with the training wall-clock at that point.
 Usage::
 
     python benchmarks/dllm_estimators.py                       # 3 seeds, the recipes' lengths
+    python benchmarks/dllm_estimators.py --jobs 2              # two runs at a time (2 cores)
     python benchmarks/dllm_estimators.py --seeds 0 --iterations 4 --eval-every 2   # smoke run
+
+With ``--jobs N`` runs go to N worker processes of one thread each; wall-clock times are then
+those of runs sharing the machine, alike for both algorithms.
 
 The last line of output is one JSON object (DESIGN.md section 7) with, per algorithm, the mean
 solved rate before and after, its gain, the mean wall seconds, and
@@ -36,8 +40,12 @@ def run(
     recipe: str, seed: int, iterations: int | None, eval_every: int, root: Path
 ) -> dict[str, Any]:
     """Train one recipe; returns its solved-rate curve ``[(iteration, seconds, solved)]``."""
+    import torch
+
     from genrl import Trainer, get_recipe
     from genrl.metrics import read_metrics
+
+    torch.set_num_threads(1)  # also in spawned workers
 
     config = get_recipe(recipe)
     overrides = [
@@ -72,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=None, help="default: the recipes'")
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -79,11 +88,23 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for algorithm, recipe in RECIPES.items():
-            results[algorithm] = [
-                run(recipe, seed, args.iterations, args.eval_every, Path(tmp))
-                for seed in args.seeds
-            ]
+        jobs = [
+            (algorithm, (recipe, seed, args.iterations, args.eval_every, Path(tmp)))
+            for algorithm, recipe in RECIPES.items()
+            for seed in args.seeds
+        ]
+        if args.jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+                futures = [(a, pool.submit(run, *job)) for a, job in jobs]
+                outcomes = [(a, f.result()) for a, f in futures]
+        else:
+            outcomes = [(a, run(*job)) for a, job in jobs]
+        for algorithm, outcome in outcomes:
+            results.setdefault(algorithm, []).append(outcome)
     print(
         f"{'algorithm':<12} {'seed':>4} {'solved before':>13} {'after':>7} {'wall s':>7}  curve (it, s, solved)"
     )

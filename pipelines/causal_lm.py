@@ -110,12 +110,18 @@ class CausalLMPolicy(TransformersPolicy):
             if not any(s in text for s in stop_strings):
                 continue
             ids = tokens[row][mask[row]].tolist()
-            # The shortest prefix whose text holds a stop string ends the completion.
-            for length in range(1, len(ids) + 1):
+
+            def holds(length: int, ids: list[int] = ids) -> bool:
                 prefix = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
-                if any(s in prefix for s in stop_strings):
-                    mask[row, length:] = False
-                    break
+                return any(s in prefix for s in stop_strings)
+
+            # The shortest prefix whose text holds a stop string ends the completion; a longer
+            # prefix holds it too, so bisect (log T decodes instead of T).
+            low, high = 1, len(ids)
+            while low < high:
+                middle = (low + high) // 2
+                low, high = (low, middle) if holds(middle) else (middle + 1, high)
+            mask[row, low:] = False
         return mask
 
     # -- sampling and scoring ---------------------------------------------------------------------

@@ -119,6 +119,11 @@ def test_stop_strings_cut_the_trained_tokens(lm_dir: Path) -> None:
     mask = torch.ones_like(ids, dtype=torch.bool)
     cut = policy.cut_at_stop_strings(ids, mask, ["="])
     assert cut.tolist() == [[True, True, True, False, False]]
+    # Longer rows (the cut is found by bisection); a row without a stop string stays whole.
+    rows = ("abc=defgh", "abcdefgh=", "abcdefghi")
+    ids = torch.tensor([[policy.tokenizer.convert_tokens_to_ids(c) for c in t] for t in rows])
+    cut = policy.cut_at_stop_strings(ids, torch.ones_like(ids, dtype=torch.bool), ["=", "zz"])
+    assert cut.sum(1).tolist() == [4, 9, 9]
 
 
 @pytest.mark.parametrize(
