@@ -1,4 +1,4 @@
-"""Command line: ``genrl train | sample | eval | list``.
+"""Command line: ``genrl train | eval | sample | export | serve-reward | list``.
 
 User mistakes (bad config, missing checkpoint, failing reward) end with a one-line error and
 exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
@@ -63,6 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(export)
     export.add_argument("--checkpoint", required=True, help="run or checkpoint directory")
     export.add_argument("--out", required=True, help="output directory")
+
+    serve = sub.add_parser("serve-reward", help="serve a reward model over HTTP (JSON)")
+    serve.add_argument("reward", help="registered reward name (see `genrl list`)")
+    serve.add_argument(
+        "--kwargs", default="{}", help='reward arguments as JSON, e.g. \'{"device": "cuda"}\''
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="other than loopback needs a token")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--token-env", default="GENRL_REWARD_TOKEN", help="environment variable with the token"
+    )
+    serve.add_argument("--max-batch-size", type=int, default=64, help="samples per reward call")
+    serve.add_argument("--max-request-mb", type=float, default=64.0)
+    serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
 
     sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
     return parser
@@ -246,11 +260,39 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_reward(args: argparse.Namespace) -> int:
+    import json
+
+    from reward_models import build_reward
+    from reward_models.server import RewardServer
+
+    try:
+        kwargs = json.loads(args.kwargs)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--kwargs must be a JSON object: {err}") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError("--kwargs must be a JSON object")
+    server = RewardServer(
+        build_reward(args.reward, **kwargs),
+        host=args.host,
+        port=args.port,
+        token=os.environ.get(args.token_env) or None,
+        max_request_bytes=int(args.max_request_mb * 2**20),
+        max_batch_size=args.max_batch_size,
+        request_timeout_s=args.timeout,
+    )
+    token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
+    print(f"serving reward {args.reward!r} at {server.address} ({token}); Ctrl-C stops", flush=True)
+    server.serve_forever()
+    return 0
+
+
 _COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
     "sample": cmd_sample,
     "export": cmd_export,
+    "serve-reward": cmd_serve_reward,
     "list": cmd_list,
 }
 

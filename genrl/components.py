@@ -37,7 +37,7 @@ def build_reward_from(config: TrainConfig, device: torch.device) -> Any:
     )
 
 
-def _build(factory: Any, name: str, field: str, **kwargs: Any) -> Any:
+def _build(factory: Any, name: str, field: str, /, **kwargs: Any) -> Any:
     """Build a registered policy/reward; wrong keyword arguments name the config field."""
     try:
         return factory(name, **kwargs)

@@ -22,7 +22,7 @@ POLICIES: dict[str, Any] = {
 }
 
 
-def build_policy(name: str, **kwargs: Any) -> Any:
+def build_policy(name: str, /, **kwargs: Any) -> Any:
     """Instantiate the adapter registered as ``name``."""
     if name not in POLICIES:
         import difflib

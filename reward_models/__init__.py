@@ -18,6 +18,7 @@ REWARDS: dict[str, Any] = {
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",
+    "remote": "reward_models.remote:RemoteReward",
 }
 
 
@@ -34,7 +35,7 @@ def reward_class(name: str) -> Any:
     return entry
 
 
-def build_reward(name: str, **kwargs: Any) -> RewardModel:
+def build_reward(name: str, /, **kwargs: Any) -> RewardModel:
     """Instantiate the reward registered as ``name``."""
     return reward_class(name)(**kwargs)
 

@@ -1,0 +1,154 @@
+"""A reward scored by a reward server (``genrl serve-reward``), used like a local one.
+
+    reward = [{name = "remote", kwargs = {url = "http://gpu-box:8000", name = "pickscore"}}]
+
+The batch goes out in requests of at most ``max_batch_size`` samples; each response must hold
+exactly its request's rows, so no sample is lost or counted twice. Connection failures, timeouts
+and 502/503/504 are retried with exponential back-off (scoring is a pure function, so a retry is
+safe); a wrong token or a refused request fails at once, and a server that stays down raises a
+``RewardError`` naming the URL before any advantage is computed, so the iteration is not half
+applied and the run resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import torch
+
+from reward_models.base import RewardModel, RewardOutput
+from reward_models.composite import RewardError
+from reward_models.wire import VERSION, WireError, decode_scores, encode_outputs
+
+RETRIED_STATUS = (502, 503, 504)
+
+
+class RemoteReward(RewardModel):
+    """Client of a reward server.
+
+    Args:
+        url: the server, e.g. ``http://127.0.0.1:8000``.
+        name: this reward's name in the run (its primary score); the server's own primary score
+            is renamed to it.
+        token: shared secret; default: the ``token_env`` environment variable.
+        token_env: where to read the token from when ``token`` is None.
+        timeout_s: seconds per request.
+        retries: further attempts after a failed one.
+        backoff_s: wait before the first retry, doubled after each.
+        max_batch_size: samples per request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str = "remote",
+        token: str | None = None,
+        token_env: str = "GENRL_REWARD_TOKEN",
+        timeout_s: float = 300.0,
+        retries: int = 3,
+        backoff_s: float = 1.0,
+        max_batch_size: int = 64,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"remote reward url must start with http:// or https://, got {url!r}")
+        if retries < 0 or max_batch_size < 1 or timeout_s <= 0:
+            raise ValueError("retries must be >= 0, max_batch_size >= 1 and timeout_s > 0")
+        self.url = url.rstrip("/")
+        self.name = name
+        self.token = token if token is not None else os.environ.get(token_env)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_batch_size = max_batch_size
+
+    def score(
+        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        parts: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            rows = slice(start, start + self.max_batch_size)
+            request = {
+                "version": VERSION,
+                "prompts": prompts[rows],
+                "outputs": encode_outputs(outputs[rows]),
+                "metadata": _jsonable(metadata[rows]) if metadata else None,
+            }
+            parts.append(self._score_request(request, len(prompts[rows])))
+        scores = {k: torch.cat([p[0][k] for p in parts]) for k in parts[0][0]}
+        applicable = {k: torch.cat([p[1][k] for p in parts]) for k in parts[0][1]}
+        return RewardOutput(scores, applicable)
+
+    def _score_request(
+        self, request: dict[str, Any], size: int
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        response = self._post("/score", request)
+        try:
+            primary = response["reward"]
+            scores = decode_scores(response["scores"], size)
+            applicable = {
+                k: torch.tensor([bool(x) for x in v]) for k, v in response["applicable"].items()
+            }
+        except (KeyError, TypeError, WireError) as err:
+            raise RewardError(f"reward server {self.url} sent a malformed response: {err}") from err
+        if primary not in scores:
+            raise RewardError(f"reward server {self.url} sent no primary score {primary!r}")
+        rename = {primary: self.name}
+        scores = {rename.get(k, k): v for k, v in scores.items()}
+        applicable = {rename.get(k, k): v for k, v in applicable.items() if len(v) == size}
+        return scores, applicable
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        wait, last_error = self.backoff_s, ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(wait)
+                wait *= 2
+            request = urllib.request.Request(self.url + path, data, headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+                    return json.loads(reply.read())
+            except urllib.error.HTTPError as err:
+                message = _error_message(err)
+                if err.code == 401:
+                    raise RewardError(
+                        f"reward server {self.url} rejected the token (set it with the "
+                        "reward's token or token_env)"
+                    ) from None
+                if err.code not in RETRIED_STATUS:
+                    raise RewardError(
+                        f"reward server {self.url} refused the request ({err.code}): {message}"
+                    ) from None
+                last_error = f"HTTP {err.code}: {message}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+                last_error = repr(getattr(err, "reason", err))
+        raise RewardError(
+            f"reward server {self.url} failed {self.retries + 1} times (last: {last_error}); "
+            "is `genrl serve-reward` running there?"
+        )
+
+
+def _error_message(err: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(err.read()).get("error", ""))
+    except Exception:  # not our server's JSON
+        return err.reason if isinstance(err.reason, str) else repr(err.reason)
+
+
+def _jsonable(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metadata rows with tensors turned into numbers (e.g. ``completion_length``)."""
+    return [
+        {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in row.items()}
+        for row in metadata
+    ]
+
+
+__all__ = ["RemoteReward"]
