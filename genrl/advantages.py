@@ -191,6 +191,53 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
     return scale * (rewards - means[inverse])
 
 
+def decoupled_group_rewards(
+    scores: dict[str, torch.Tensor],
+    weights: dict[str, float],
+    group_ids: torch.Tensor,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """GDPO's normalise-then-sum of several rewards (Liu et al. 2026, arXiv 2601.05242): each
+    reward is z-scored within its group, the z-scores are summed with their weights, and the sum
+    is normalised over the batch,
+
+        s_i = sum_k w_k (r_ki - mean_g(i) r_k) / (std_g(i) r_k + eps),   A_i = (s_i - mean s) / (std s + eps),
+
+    so that a reward with a small spread is not drowned by one with a large spread, and distinct
+    reward combinations keep distinct values. A NaN score (the reward does not apply to that
+    sample) contributes 0, and group statistics use the samples it applies to.
+
+    Args:
+        scores: reward name -> ``[N]`` scores of the gathered batch.
+        weights: reward name -> weight (the names of ``scores`` that are summed).
+        group_ids: ``[N]`` long.
+
+    Returns:
+        ``[N]`` float32 (population std, like ``group_advantages``).
+    """
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    groups = int(inverse.max()) + 1 if len(inverse) else 0
+    total = torch.zeros(len(group_ids), dtype=torch.float64)
+    for name, weight in weights.items():
+        values = scores[name].double().cpu()
+        valid = torch.isfinite(values)
+        filled = torch.where(valid, values, torch.zeros_like(values))
+        count = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, valid.double())
+        mean = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, filled)
+        mean = mean / count.clamp(min=1)
+        centred = torch.where(valid, filled - mean[inverse], torch.zeros_like(filled))
+        var = torch.zeros(groups, dtype=torch.float64).index_add_(0, inverse, centred.square())
+        std = (var / count.clamp(min=1)).sqrt()
+        spread = std[inverse]
+        # A group whose reward k is constant is centred to exact zeros; keep them (not 0/0).
+        total += weight * torch.where(
+            spread > 0, centred / (spread + eps), torch.zeros_like(centred)
+        )
+    spread = total.std(unbiased=False)
+    total = (total - total.mean()) / (spread + eps) if spread > 0 else total - total.mean()
+    return total.float().to(group_ids.device)
+
+
 def sequence_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,

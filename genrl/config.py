@@ -216,6 +216,10 @@ class TrainConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     reward: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
+    reward_aggregation: Literal["weighted_sum", "normalize_then_sum"] = "weighted_sum"
+    """How several rewards become the one the algorithm sees: their weighted sum, or GDPO's
+    per-reward group z-scores summed with the weights and normalised over the batch (pair it
+    with ``algorithm.std_mode=none`` or ``global`` to keep GDPO's scale per group)."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     prompts: PromptConfig = field(default_factory=PromptConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
@@ -310,6 +314,11 @@ class TrainConfig:
             raise ConfigError(f"policy.lora_rank must be >= 0, got {self.policy.lora_rank}")
         if not self.reward:
             raise ConfigError("reward: at least one reward model is needed")
+        if self.reward_aggregation not in ("weighted_sum", "normalize_then_sum"):
+            raise ConfigError(
+                "reward_aggregation must be weighted_sum or normalize_then_sum, "
+                f"got {self.reward_aggregation!r}"
+            )
         from pipelines import POLICIES
         from reward_models import REWARDS
         from samplers import SAMPLERS

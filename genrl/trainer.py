@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from genrl import checkpoint as ckpt
-from genrl.advantages import zero_std_fraction
+from genrl.advantages import decoupled_group_rewards, zero_std_fraction
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import RolloutNoise
 from genrl.components import build_policy_from, build_reward_from
@@ -197,6 +197,9 @@ class Trainer:
         metadata = self.algorithm.reward_metadata(rollout)
         scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
         rewards = scores[self.reward.name]
+        if cfg.reward_aggregation == "normalize_then_sum":
+            weights = {model.name: weight for model, weight in self.reward.rewards}
+            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.

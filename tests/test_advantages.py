@@ -190,3 +190,32 @@ def test_tracker_errors():
         PerPromptStatTracker(history=0)
     with pytest.raises(ValueError, match="3 prompts but 2 rewards"):
         PerPromptStatTracker().update(["a", "b", "c"], torch.tensor([1.0, 2.0]))
+
+
+def test_decoupled_group_rewards_by_hand():
+    from genrl.advantages import decoupled_group_rewards
+
+    groups = torch.tensor([0, 0, 1, 1])
+    scores = {"a": torch.tensor([1.0, 0.0, 1.0, 1.0]), "b": torch.tensor([0.0, 1.0, 0.2, 0.6])}
+    # a: z = [1, -1] in group 0, [0, 0] in group 1; b: [-1, 1] in both. s = a + 2b = [-1, 1, -2, 2],
+    # mean 0, population std sqrt(10 / 4).
+    out = decoupled_group_rewards(scores, {"a": 1.0, "b": 2.0}, groups, eps=0.0)
+    expected = torch.tensor([-1.0, 1.0, -2.0, 2.0]) / math.sqrt(2.5)
+    torch.testing.assert_close(out, expected)
+    # A reward that applies to one sample per group (NaN elsewhere) adds nothing.
+    scores["c"] = torch.tensor([math.nan, 1.0, 3.0, math.nan])
+    with_c = decoupled_group_rewards(scores, {"a": 1.0, "b": 2.0, "c": 1.0}, groups, eps=0.0)
+    torch.testing.assert_close(with_c, expected)
+
+
+def test_decoupled_rewards_keep_combinations_that_a_summed_reward_collapses():
+    """GDPO's motivating case: (a, b) = (1, 0) vs (0, 0) and (1, 1) vs (0, 0) give the same
+    group z-score of the summed reward, but different decoupled values."""
+    from genrl.advantages import decoupled_group_rewards
+
+    groups = torch.tensor([0, 0, 1, 1])
+    a, b = torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])
+    summed = group_advantages(a + b, groups, eps=0.0)
+    assert summed.tolist() == [1.0, -1.0, 1.0, -1.0]
+    decoupled = decoupled_group_rewards({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, groups, eps=0.0)
+    assert decoupled[2] == pytest.approx(2 * decoupled[0]) and decoupled[0] > 0

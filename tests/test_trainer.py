@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -14,6 +15,7 @@ from tiny import tiny_config
 
 from genrl import Trainer
 from genrl.metrics import read_metrics
+from reward_models import REWARDS, RewardModel, RewardOutput
 
 
 def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -305,3 +307,32 @@ def test_export_command_writes_the_checkpoint_weights(tmp_path: Path) -> None:
     trained = trainer.policy.trainable_state_dict()
     assert exported.keys() == trained.keys()
     assert all(torch.equal(exported[k], trained[k]) for k in trained)
+
+
+class Brightness(RewardModel):
+    name = "brightness"
+
+    def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
+        return RewardOutput({self.name: outputs.float().flatten(1).mean(1).cpu()})
+
+
+def test_two_rewards_normalised_then_summed(tmp_path: Path, monkeypatch) -> None:
+    """A composite of two rewards with GDPO's aggregation: per-reward metrics are logged and the
+    advantages are the algorithm's estimator applied to the decoupled rewards."""
+    from genrl.advantages import decoupled_group_rewards
+    from genrl.config import RewardSpec
+
+    monkeypatch.setitem(REWARDS, "brightness", Brightness)
+
+    config = tiny_config(
+        tmp_path, "reward_aggregation=normalize_then_sum", "algorithm.std_mode=none"
+    )
+    config.reward.append(RewardSpec(name="brightness", weight=0.5))
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    weights = {"digit_classifier": 1.0, "brightness": 0.5}
+    decoupled = decoupled_group_rewards(batch.scores, weights, batch.group_ids)
+    torch.testing.assert_close(batch.advantages, decoupled, atol=1e-5, rtol=0)  # groups centred
+    metrics = trainer.train_iteration()
+    for name in ("digit_classifier/mean", "brightness/mean", "reward/mean"):
+        assert math.isfinite(metrics[name])
