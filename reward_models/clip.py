@@ -9,9 +9,9 @@ differ in the checkpoint and the scale:
   ``yuvalkirstain/PickScore_v1`` CLIP ViT-H-14, divided by 26 as Flow-GRPO does so that rewards
   sit near 0.8-0.9.
 
-Images are preprocessed in torch (bicubic resize of the short side, centre crop, CLIP
-normalisation) rather than through the PIL image processor: batched, on the model's device and
-differentiable, for reward-gradient methods. The projected embedding is read in both the
+Images are preprocessed in torch (``reward_models/vision.py``: bicubic resize of the short side,
+centre crop, CLIP normalisation) rather than through the PIL image processor: batched, on the
+model's device and differentiable, for reward-gradient methods. The projected embedding is read in both the
 transformers 4.x (a tensor) and 5.x (an output object with ``pooler_output``) conventions.
 """
 
@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from reward_models.base import RewardModel, RewardOutput
+from reward_models.vision import ImagePreprocess
 
 
 def projected_embedding(output: Any) -> torch.Tensor:
@@ -60,9 +61,9 @@ class CLIPSimilarityReward(RewardModel):
         self.processor_id = processor or default_processor or self.model_id
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
-        self._loaded: tuple[Any, Any, dict[str, Any]] | None = None
+        self._loaded: tuple[Any, Any, ImagePreprocess] | None = None
 
-    def _load(self) -> tuple[Any, Any, dict[str, Any]]:
+    def _load(self) -> tuple[Any, Any, ImagePreprocess]:
         if self._loaded is None:
             from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
@@ -76,38 +77,12 @@ class CLIPSimilarityReward(RewardModel):
                     f"{self.processor_id!r}: {str(err).strip().splitlines()[0]}"
                 ) from err
             model = model.to(self.device).eval().requires_grad_(False)
-            size = image_processor.size
-            crop = image_processor.crop_size
-            settings = {
-                "size": size.get("shortest_edge", size.get("height")),
-                "crop": (crop["height"], crop["width"]),
-                "mean": torch.tensor(image_processor.image_mean).view(1, 3, 1, 1),
-                "std": torch.tensor(image_processor.image_std).view(1, 3, 1, 1),
-            }
-            self._loaded = (model, tokenizer, settings)
+            self._loaded = (model, tokenizer, ImagePreprocess.from_image_processor(image_processor))
         return self._loaded
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         """``[B, 3, H, W]`` in ``[0, 1]`` -> normalised CLIP input (differentiable)."""
-        _, _, settings = self._load()
-        images = images.to(self.device, torch.float32)
-        h, w = images.shape[-2:]
-        scale = settings["size"] / min(h, w)
-        resized = (
-            max(settings["crop"][0], round(h * scale)),
-            max(settings["crop"][1], round(w * scale)),
-        )
-        if resized != (h, w):
-            # Antialiased like PIL's resize in the stock processor: a 512 -> 224 bicubic
-            # without it aliases and moves scores by ~0.2 logits.
-            images = F.interpolate(
-                images, size=resized, mode="bicubic", align_corners=False, antialias=True
-            )
-        top = (images.shape[-2] - settings["crop"][0]) // 2
-        left = (images.shape[-1] - settings["crop"][1]) // 2
-        images = images[..., top : top + settings["crop"][0], left : left + settings["crop"][1]]
-        mean, std = settings["mean"].to(images.device), settings["std"].to(images.device)
-        return (images.clamp(0, 1) - mean) / std
+        return self._load()[2](images, self.device)
 
     def cosine(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         """``[B]`` cosine similarity of each image with its prompt (differentiable in images)."""
