@@ -163,6 +163,7 @@ class Trainer:
             advantages=gather(rollout.advantages, self.accelerator),
             timings={k: sum(b.timings[k] for b in rounds) for k in rounds[0].timings},
             extra_metrics={
+                **rounds[-1].extra_metrics,
                 "dynamic_sampling/rounds": float(len(rounds)),
                 "dynamic_sampling/kept_group_fraction": t.prompts_per_iteration / generated,
             },
@@ -200,6 +201,10 @@ class Trainer:
         if cfg.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
             rewards = decoupled_group_rewards(scores, weights, global_group_ids)
+        # Stateful rewards (an adversarial head) learn from the samples they just scored.
+        reward_metrics = self.reward.update(
+            outputs, local_prompts, metadata, lambda t: gather(t, acc)
+        )
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
@@ -215,6 +220,7 @@ class Trainer:
             group_ids=global_group_ids,
             advantages=advantages,
             timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
+            extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
         )
 
     def train_iteration(self) -> dict[str, float]:

@@ -19,6 +19,8 @@ REWARDS: dict[str, Any] = {
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",
     "remote": "reward_models.remote:RemoteReward",
+    "dino_similarity": "reward_models.dino:DinoSimilarityReward",
+    "dino_adversarial": "reward_models.dino:DinoAdversarialReward",
 }
 
 

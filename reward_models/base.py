@@ -65,8 +65,17 @@ class RewardModel(abc.ABC):
         """Score a batch; ``scores[self.name]`` is the primary ``[B]`` score."""
 
     # Stateful rewards (e.g. an adversarial head) override these so checkpoints include them.
-    def update(self, outputs: Any, prompts: list[str], metadata: Any = None) -> dict[str, float]:
-        del outputs, prompts, metadata
+    def update(
+        self,
+        outputs: Any,
+        prompts: list[str],
+        metadata: Any = None,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """Learn from this iteration's samples (called by the trainer after scoring them);
+        returns metrics. ``gather`` concatenates a ``[n, ...]`` tensor over all processes, so
+        that every process can make the same update."""
+        del outputs, prompts, metadata, gather
         return {}
 
     def state_dict(self) -> dict[str, Any]:

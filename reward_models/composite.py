@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -71,6 +71,20 @@ class CompositeReward(RewardModel):
         total_weight = sum(abs(w) for _, w in self.rewards)
         scores[self.name] = total * (total_weight / weight_sum)
         return RewardOutput(scores)
+
+    def update(
+        self,
+        outputs: Any,
+        prompts: list[str],
+        metadata: Any = None,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """Each reward's ``update``; metrics as ``<reward>/<metric>``."""
+        metrics: dict[str, float] = {}
+        for model, _ in self.rewards:
+            for key, value in model.update(outputs, prompts, metadata, gather).items():
+                metrics[f"{model.name}/{key}"] = value
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {m.name: m.state_dict() for m, _ in self.rewards}

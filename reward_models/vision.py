@@ -34,13 +34,14 @@ class ImagePreprocess:
     def from_image_processor(cls, processor: Any) -> ImagePreprocess:
         """Settings of a transformers image processor (CLIP, BiT/DINOv2 and alike)."""
         size = processor.size
-        short = size.get("shortest_edge") or min(size.get("height", 0), size.get("width", 0))
-        crop = getattr(processor, "crop_size", None) or {"height": short, "width": short}
-        if not getattr(processor, "do_center_crop", True):
-            crop = {"height": short, "width": short}
+        short = _read(size, "shortest_edge") or min(_read(size, "height"), _read(size, "width"))
+        crop = getattr(processor, "crop_size", None)
+        crop_hw = (_read(crop, "height"), _read(crop, "width")) if crop else (short, short)
+        if not getattr(processor, "do_center_crop", True) or not all(crop_hw):
+            crop_hw = (short, short)
         return cls(
             size=int(short),
-            crop=(int(crop["height"]), int(crop["width"])),
+            crop=(int(crop_hw[0]), int(crop_hw[1])),
             mean=tuple(float(m) for m in processor.image_mean),
             std=tuple(float(s) for s in processor.image_std),
         )
@@ -68,6 +69,12 @@ class ImagePreprocess:
         mean = torch.tensor(self.mean, device=images.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=images.device).view(1, 3, 1, 1)
         return (images.clamp(0, 1) - mean) / std
+
+
+def _read(settings: Any, key: str) -> int:
+    """A field of a processor's size settings: a dict (transformers 4) or a ``SizeDict`` (5)."""
+    value = settings.get(key) if isinstance(settings, dict) else getattr(settings, key, None)
+    return int(value or 0)
 
 
 __all__ = ["ImagePreprocess"]
