@@ -1,4 +1,4 @@
-"""Command line: ``genrl train | eval | sample | export | serve-reward | list``.
+"""Command line: ``genrl train | eval | sample | export | serve-reward | train-reward | list``.
 
 User mistakes (bad config, missing checkpoint, failing reward) end with a one-line error and
 exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
@@ -77,6 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch-size", type=int, default=64, help="samples per reward call")
     serve.add_argument("--max-request-mb", type=float, default=64.0)
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+
+    learn = sub.add_parser("train-reward", help="train a reward model (artifact probe)")
+    learn.add_argument("kind", choices=["artifact"], help="what to train")
+    learn.add_argument(
+        "--data",
+        help="folder with clean/ and artifact/ images (default: embedded synthetic digits)",
+    )
+    learn.add_argument("--backbone", default="digits", help="digits, dino:<ckpt> or clip:<ckpt>")
+    learn.add_argument("--hidden", type=int, default=32, help="MLP width (0: linear)")
+    learn.add_argument("--epochs", type=int, default=300)
+    learn.add_argument("--seed", type=int, default=0)
+    learn.add_argument("--device", default="cpu")
+    learn.add_argument("--out", default="artifact_probe.safetensors", help="probe file to write")
 
     sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
     return parser
@@ -287,12 +300,28 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train_reward(args: argparse.Namespace) -> int:
+    from reward_models.artifact import train_artifact_probe
+
+    path, metrics = train_artifact_probe(
+        args.out, args.data, args.backbone, args.hidden, args.epochs, args.seed, args.device
+    )
+    by_kind = ", ".join(f"{k} {v:.3f}" for k, v in metrics["heldout_accuracy_by_kind"].items())
+    print(f"held-out accuracy {metrics['heldout_accuracy']:.3f} ({by_kind})")
+    print(
+        f"wrote {path}; use it with --set reward.1.name=artifact_probe "
+        f'--set \'reward.1.kwargs={{"path": "{path}"}}\''
+    )
+    return 0
+
+
 _COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
     "sample": cmd_sample,
     "export": cmd_export,
     "serve-reward": cmd_serve_reward,
+    "train-reward": cmd_train_reward,
     "list": cmd_list,
 }
 

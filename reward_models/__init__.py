@@ -21,6 +21,7 @@ REWARDS: dict[str, Any] = {
     "remote": "reward_models.remote:RemoteReward",
     "dino_similarity": "reward_models.dino:DinoSimilarityReward",
     "dino_adversarial": "reward_models.dino:DinoAdversarialReward",
+    "artifact_probe": "reward_models.artifact:ArtifactProbeReward",
 }
 
 
