@@ -1,6 +1,7 @@
 """The one training loop. It knows phases, not algorithms (DESIGN.md section 2):
 
-1. prompts  2. rollout  3. rewards  4. advantages  5. update  6. bookkeeping
+1. prompts  2. rollout  3. rewards  4. advantages (``genrl/collection.py``)  5. update
+6. bookkeeping
 
 Everything random is derived from ``(seed, iteration)`` (see ``RolloutNoise``): a resumed run
 reproduces an uninterrupted one exactly, and a run on N processes draws the same prompts, noise,
@@ -12,51 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from genrl import checkpoint as ckpt
-from genrl.advantages import decoupled_group_rewards, zero_std_fraction
+from genrl.advantages import zero_std_fraction
 from genrl.algorithms import ALGORITHMS
-from genrl.algorithms.base import RolloutNoise
+from genrl.collection import BatchCollector, CollectedBatch
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
-from genrl.dynamic_sampling import DynamicSamplingError, collect_varied_groups
+from genrl.dynamic_sampling import DynamicSamplingError
 from genrl.evaluation import EvalResult, evaluate
-from genrl.groups import expand_groups, gather, gather_scores, group_stats, process_slice
+from genrl.groups import group_stats, process_slice
 from genrl.interrupt import StopRequest
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.prompts import load_prompts
-
-
-@dataclass
-class CollectedBatch:
-    """Output of phases 1-4 for one iteration.
-
-    Attributes:
-        rollout: this process's rollout, advantages filled.
-        noise: the iteration's random streams (also used for shuffling).
-        scores: every reward score of the gathered batch, name -> ``[N]``.
-        group_ids: ``[N]`` group ids of the gathered batch.
-        advantages: ``[N]`` advantages of the gathered batch.
-        timings: seconds spent per phase.
-        extra_metrics: further iteration metrics (dynamic sampling's rounds).
-
-    With dynamic sampling, ``scores`` and ``group_ids`` cover every sample of every round and
-    ``advantages`` the training batch.
-    """
-
-    rollout: Any
-    noise: RolloutNoise
-    scores: dict[str, torch.Tensor]
-    group_ids: torch.Tensor
-    advantages: torch.Tensor
-    timings: dict[str, float]
-    extra_metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Trainer:
@@ -103,6 +77,15 @@ class Trainer:
         self.local = process_slice(
             self.num_global, self.accelerator.num_processes, self.accelerator.process_index
         )
+        self.collector = BatchCollector(
+            config,
+            self.accelerator,
+            self.policy,
+            self.algorithm,
+            self.reward,
+            self.prompts,
+            self.local,
+        )
         units = self.algorithm.num_units(self.local.stop - self.local.start)
         self.updater = Updater(config, self.policy, self.accelerator, units)
 
@@ -129,99 +112,8 @@ class Trainer:
         return self.updater.steps
 
     def collect(self) -> CollectedBatch:
-        """Phases 1-4 of the current iteration: prompts, rollout, rewards, advantages; with
-        ``train.dynamic_sampling``, refill rounds until enough groups have varied rewards."""
-        t = self.config.train
-        if not t.dynamic_sampling:
-            return self._collect_round(0)
-        num_processes = self.accelerator.num_processes
-
-        def min_over_processes(count: int) -> int:
-            if num_processes == 1:
-                return count
-            counts = self.accelerator.gather(torch.tensor([count], device=self.policy.device))
-            return int(counts.min())
-
-        rollout, rounds = collect_varied_groups(
-            self._collect_round,
-            target_groups=t.prompts_per_iteration // num_processes,
-            group_size=t.group_size,
-            max_rounds=t.dynamic_sampling_max_rounds,
-            metric=t.dynamic_sampling_metric or self.reward.name,
-            local=self.local,
-            min_over_processes=min_over_processes,
-        )
-        # Metrics describe everything sampled this iteration (what the policy achieves), the
-        # advantages the training batch.
-        scores = {k: torch.cat([b.scores[k] for b in rounds]) for k in rounds[0].scores}
-        generated = sum(len(b.group_ids) for b in rounds) // t.group_size
-        return CollectedBatch(
-            rollout=rollout,
-            noise=rounds[0].noise,
-            scores=scores,
-            group_ids=torch.cat([b.group_ids for b in rounds]),
-            advantages=gather(rollout.advantages, self.accelerator),
-            timings={k: sum(b.timings[k] for b in rounds) for k in rounds[0].timings},
-            extra_metrics={
-                **rounds[-1].extra_metrics,
-                "dynamic_sampling/rounds": float(len(rounds)),
-                "dynamic_sampling/kept_group_fraction": t.prompts_per_iteration / generated,
-            },
-        )
-
-    def _collect_round(self, round_index: int) -> CollectedBatch:
-        """One batch of ``prompts_per_iteration`` groups; refill rounds (``round_index > 0``)
-        draw the iteration's next prompts and fresh noise, and number their groups after the
-        earlier rounds' so that ids stay unique within the iteration."""
-        cfg, acc = self.config, self.accelerator
-        it, per_round = self.iteration, cfg.train.prompts_per_iteration
-        t_start = time.perf_counter()
-
-        # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
-        prompts = self.prompts.sample(per_round, cfg.seed, it, offset=round_index * per_round)
-        global_prompts, global_group_ids = expand_groups(prompts, cfg.train.group_size)
-        noise = RolloutNoise(
-            cfg.seed, it, self.num_global, self.local, cfg.train.noise_layout, round_index
-        )
-        local_prompts = global_prompts[self.local]
-
-        # 2. Rollout (no gradients).
-        self.policy.module.eval()
-        with torch.no_grad(), acc.autocast():
-            rollout = self.algorithm.collect(
-                self.policy, local_prompts, global_group_ids[self.local], noise
-            )
-        t_rollout = time.perf_counter()
-
-        # 3. Rewards, gathered so that every group is whole.
-        outputs = self.algorithm.final_outputs(self.policy, rollout)
-        metadata = self.algorithm.reward_metadata(rollout)
-        scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
-        rewards = scores[self.reward.name]
-        if cfg.reward_aggregation == "normalize_then_sum":
-            weights = {model.name: weight for model, weight in self.reward.rewards}
-            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
-        # Stateful rewards (an adversarial head) learn from the samples they just scored.
-        reward_metrics = self.reward.update(
-            outputs, local_prompts, metadata, lambda t: gather(t, acc)
-        )
-        t_reward = time.perf_counter()
-
-        # 4. Advantages on the gathered batch; keep this process's slice.
-        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
-        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
-        if round_index:
-            global_group_ids = global_group_ids + round_index * per_round
-            rollout.group_ids = rollout.group_ids + round_index * per_round
-        return CollectedBatch(
-            rollout=rollout,
-            noise=noise,
-            scores=scores,
-            group_ids=global_group_ids,
-            advantages=advantages,
-            timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
-            extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
-        )
+        """Phases 1-4 of the current iteration (``genrl/collection.py``)."""
+        return self.collector.collect(self.iteration)
 
     def train_iteration(self) -> dict[str, float]:
         """One iteration of the six phases; returns its metrics."""

@@ -1,0 +1,179 @@
+"""Phases 1-4 of an iteration: prompts, rollout, rewards, advantages (DESIGN.md section 2).
+
+``BatchCollector.collect(iteration)`` returns the training batch of this process with its
+advantages, plus the gathered scores for logging. Everything random derives from
+``(seed, iteration, round)``, so a resumed run and a run on N processes draw what an
+uninterrupted one-process run draws. With ``train.dynamic_sampling`` it samples refill rounds
+until enough groups have varied rewards (``genrl/dynamic_sampling.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from genrl.advantages import decoupled_group_rewards
+from genrl.algorithms.base import RolloutNoise
+from genrl.config import TrainConfig
+from genrl.dynamic_sampling import collect_varied_groups
+from genrl.groups import expand_groups, gather, gather_scores
+
+
+@dataclass
+class CollectedBatch:
+    """Output of phases 1-4 for one iteration.
+
+    Attributes:
+        rollout: this process's rollout, advantages filled.
+        noise: the iteration's random streams (also used for shuffling).
+        scores: every reward score of the gathered batch, name -> ``[N]``.
+        group_ids: ``[N]`` group ids of the gathered batch.
+        advantages: ``[N]`` advantages of the gathered batch.
+        timings: seconds spent per phase.
+        extra_metrics: further iteration metrics (dynamic sampling's rounds, reward updates).
+
+    With dynamic sampling, ``scores`` and ``group_ids`` cover every sample of every round and
+    ``advantages`` the training batch.
+    """
+
+    rollout: Any
+    noise: RolloutNoise
+    scores: dict[str, torch.Tensor]
+    group_ids: torch.Tensor
+    advantages: torch.Tensor
+    timings: dict[str, float]
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class BatchCollector:
+    """Runs phases 1-4 for the trainer.
+
+    Args:
+        config: the run's configuration.
+        accelerator: the run's ``accelerate.Accelerator``.
+        policy, algorithm, reward: the run's components.
+        prompts: the run's ``PromptSource``.
+        local: this process's slice of the global batch.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        accelerator: Any,
+        policy: Any,
+        algorithm: Any,
+        reward: Any,
+        prompts: Any,
+        local: slice,
+    ) -> None:
+        self.config = config
+        self.accelerator = accelerator
+        self.policy = policy
+        self.algorithm = algorithm
+        self.reward = reward
+        self.prompts = prompts
+        self.local = local
+        self.num_global = config.train.prompts_per_iteration * config.train.group_size
+
+    def collect(self, iteration: int) -> CollectedBatch:
+        """The iteration's batch; with ``train.dynamic_sampling``, refill rounds until enough
+        groups have varied rewards."""
+        t = self.config.train
+        if not t.dynamic_sampling:
+            return self.collect_round(iteration, 0)
+        num_processes = self.accelerator.num_processes
+
+        def min_over_processes(count: int) -> int:
+            if num_processes == 1:
+                return count
+            counts = self.accelerator.gather(torch.tensor([count], device=self.policy.device))
+            return int(counts.min())
+
+        rollout, rounds = collect_varied_groups(
+            lambda round_index: self.collect_round(iteration, round_index),
+            target_groups=t.prompts_per_iteration // num_processes,
+            group_size=t.group_size,
+            max_rounds=t.dynamic_sampling_max_rounds,
+            metric=t.dynamic_sampling_metric or self.reward.name,
+            local=self.local,
+            min_over_processes=min_over_processes,
+        )
+        # Metrics describe everything sampled this iteration (what the policy achieves), the
+        # advantages the training batch.
+        scores = {k: torch.cat([b.scores[k] for b in rounds]) for k in rounds[0].scores}
+        generated = sum(len(b.group_ids) for b in rounds) // t.group_size
+        return CollectedBatch(
+            rollout=rollout,
+            noise=rounds[0].noise,
+            scores=scores,
+            group_ids=torch.cat([b.group_ids for b in rounds]),
+            advantages=gather(rollout.advantages, self.accelerator),
+            timings={k: sum(b.timings[k] for b in rounds) for k in rounds[0].timings},
+            extra_metrics={
+                **rounds[-1].extra_metrics,
+                "dynamic_sampling/rounds": float(len(rounds)),
+                "dynamic_sampling/kept_group_fraction": t.prompts_per_iteration / generated,
+            },
+        )
+
+    def collect_round(self, iteration: int, round_index: int) -> CollectedBatch:
+        """One batch of ``prompts_per_iteration`` groups; refill rounds (``round_index > 0``)
+        draw the iteration's next prompts and fresh noise, and number their groups after the
+        earlier rounds' so that ids stay unique within the iteration."""
+        cfg, acc = self.config, self.accelerator
+        per_round = cfg.train.prompts_per_iteration
+        t_start = time.perf_counter()
+
+        # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
+        prompts = self.prompts.sample(
+            per_round, cfg.seed, iteration, offset=round_index * per_round
+        )
+        global_prompts, global_group_ids = expand_groups(prompts, cfg.train.group_size)
+        noise = RolloutNoise(
+            cfg.seed, iteration, self.num_global, self.local, cfg.train.noise_layout, round_index
+        )
+        local_prompts = global_prompts[self.local]
+
+        # 2. Rollout (no gradients).
+        self.policy.module.eval()
+        with torch.no_grad(), acc.autocast():
+            rollout = self.algorithm.collect(
+                self.policy, local_prompts, global_group_ids[self.local], noise
+            )
+        t_rollout = time.perf_counter()
+
+        # 3. Rewards, gathered so that every group is whole.
+        outputs = self.algorithm.final_outputs(self.policy, rollout)
+        metadata = self.algorithm.reward_metadata(rollout)
+        scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
+        rewards = scores[self.reward.name]
+        if cfg.reward_aggregation == "normalize_then_sum":
+            weights = {model.name: weight for model, weight in self.reward.rewards}
+            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
+        # Stateful rewards (an adversarial head) learn from the samples they just scored.
+        reward_metrics = self.reward.update(
+            outputs, local_prompts, metadata, lambda t: gather(t, acc)
+        )
+        t_reward = time.perf_counter()
+
+        # 4. Advantages on the gathered batch; keep this process's slice.
+        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
+        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        if round_index:
+            global_group_ids = global_group_ids + round_index * per_round
+            rollout.group_ids = rollout.group_ids + round_index * per_round
+        return CollectedBatch(
+            rollout=rollout,
+            noise=noise,
+            scores=scores,
+            group_ids=global_group_ids,
+            advantages=advantages,
+            timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
+            extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
+        )
+
+
+__all__ = ["BatchCollector", "CollectedBatch"]
