@@ -22,6 +22,7 @@ REWARDS: dict[str, Any] = {
     "dino_similarity": "reward_models.dino:DinoSimilarityReward",
     "dino_adversarial": "reward_models.dino:DinoAdversarialReward",
     "artifact_probe": "reward_models.artifact:ArtifactProbeReward",
+    "artifact_judge": "reward_models.judge:ArtifactJudgeReward",
 }
 
 

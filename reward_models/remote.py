@@ -103,37 +103,54 @@ class RemoteReward(RewardModel):
         return scores, applicable
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        wait, last_error = self.backoff_s, ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(wait)
-                wait *= 2
-            request = urllib.request.Request(self.url + path, data, headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                    return json.loads(reply.read())
-            except urllib.error.HTTPError as err:
-                message = _error_message(err)
-                if err.code == 401:
-                    raise RewardError(
-                        f"reward server {self.url} rejected the token (set it with the "
-                        "reward's token or token_env)"
-                    ) from None
-                if err.code not in RETRIED_STATUS:
-                    raise RewardError(
-                        f"reward server {self.url} refused the request ({err.code}): {message}"
-                    ) from None
-                last_error = f"HTTP {err.code}: {message}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-                last_error = repr(getattr(err, "reason", err))
-        raise RewardError(
-            f"reward server {self.url} failed {self.retries + 1} times (last: {last_error}); "
-            "is `genrl serve-reward` running there?"
+        return post_json(
+            self.url + path,
+            body,
+            self.token,
+            self.timeout_s,
+            self.retries,
+            self.backoff_s,
+            hint="is `genrl serve-reward` running there?",
         )
+
+
+def post_json(
+    url: str,
+    body: dict[str, Any],
+    token: str | None,
+    timeout_s: float,
+    retries: int,
+    backoff_s: float,
+    hint: str = "",
+) -> dict[str, Any]:
+    """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts and 502-504
+    are retried with exponential back-off; 401 and other refusals raise a ``RewardError`` at
+    once, as does a server that fails ``retries + 1`` times."""
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    wait, last_error = backoff_s, ""
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(wait)
+            wait *= 2
+        request = urllib.request.Request(url, data, headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+                return json.loads(reply.read())
+        except urllib.error.HTTPError as err:
+            message = _error_message(err)
+            if err.code == 401:
+                raise RewardError(
+                    f"{url} rejected the token (set it with the reward's token or token_env)"
+                ) from None
+            if err.code not in RETRIED_STATUS:
+                raise RewardError(f"{url} refused the request ({err.code}): {message}") from None
+            last_error = f"HTTP {err.code}: {message}"
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+            last_error = repr(getattr(err, "reason", err))
+    raise RewardError(f"{url} failed {retries + 1} times (last: {last_error}); {hint}".rstrip("; "))
 
 
 def _error_message(err: urllib.error.HTTPError) -> str:
@@ -151,4 +168,4 @@ def _jsonable(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-__all__ = ["RemoteReward"]
+__all__ = ["RemoteReward", "post_json"]

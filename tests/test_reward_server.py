@@ -215,7 +215,7 @@ def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) 
     torch.testing.assert_close(batch.scores["reward"], expected["digit_classifier"])
     trainer.train_iteration()
     server.shutdown()
-    with pytest.raises(RewardError, match=f"reward server {url} failed 2 times"):
+    with pytest.raises(RewardError, match=f"{url}/score failed 2 times"):
         trainer.train_iteration()
     assert trainer.iteration == 1
     server = RewardServer(local, port=port, token="t").start()

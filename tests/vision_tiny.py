@@ -67,3 +67,62 @@ def write_images(directory: Path, images: torch.Tensor, prefix: str = "ref") -> 
         Image.fromarray(array).save(path)
         paths.append(path)
     return paths
+
+
+def build_llava(directory: Path) -> Path:
+    """A tiny LLaVA (CLIP vision tower 32 px / patch 8, 2-layer Llama) with a word-level
+    tokenizer that knows "Yes"/"No", a chat template and its processor, saved to ``directory``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
+
+    words = ["<pad>", "<eos>", "<image>", "Yes", "No", "yes", "no", "USER:", "ASSISTANT:"]
+    words += ["Does", "this", "image", "contain", "artifacts?", "Answer", "or"]
+    vocab = {w: i for i, w in enumerate(words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="or"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        extra_special_tokens={"image_token": "<image>"},
+    )
+    template = (
+        "{% for m in messages %}USER: {% for c in m['content'] %}"
+        "{% if c['type'] == 'image' %}<image> {% else %}{{ c['text'] }} {% endif %}"
+        "{% endfor %}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+    )
+    tokenizer.chat_template = template
+    torch.manual_seed(0)
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        image_size=32, patch_size=8,
+    )  # fmt: skip
+    text = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, eos_token_id=1,
+        bos_token_id=None,
+    )  # fmt: skip
+    config = LlavaConfig(
+        vision_config=vision, text_config=text, image_token_index=vocab["<image>"],
+        vision_feature_layer=-1, vision_feature_select_strategy="default",
+    )  # fmt: skip
+    LlavaForConditionalGeneration(config).save_pretrained(directory)
+    LlavaProcessor(
+        image_processor=CLIPImageProcessor(
+            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        ),
+        tokenizer=tokenizer,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=template,
+    ).save_pretrained(directory)
+    return directory
