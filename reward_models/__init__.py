@@ -15,6 +15,7 @@ REWARDS: dict[str, Any] = {
     "target_color": "reward_models.color:TargetColorReward",
     "clipscore": "reward_models.clip:CLIPScoreReward",
     "pickscore": "reward_models.clip:PickScoreReward",
+    "aesthetic": "reward_models.aesthetic:AestheticReward",
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",

@@ -86,3 +86,42 @@ def test_errors_and_output_conventions(clip_dir: Path, tmp_path: Path) -> None:
         pooler_output = embedding
 
     assert projected_embedding(Output()) is embedding
+
+
+def test_aesthetic_reward_by_hand(clip_dir: Path, tmp_path: Path) -> None:
+    """The predictor's MLP on the L2-normalised CLIP image embedding (projection 16 here), with
+    a head saved like the original ``.pth`` state dict; batched == one by one; gradients flow."""
+    from transformers import CLIPModel, CLIPProcessor
+
+    from reward_models.aesthetic import AestheticMLP
+
+    torch.manual_seed(0)
+    head = AestheticMLP(16)
+    torch.save(head.state_dict(), tmp_path / "head.pth")
+    reward = build_reward("aesthetic", model=str(clip_dir), head=str(tmp_path / "head.pth"))
+    images = _images(3)
+    ours = reward(images, PROMPTS).scores["aesthetic"]
+    model = CLIPModel.from_pretrained(str(clip_dir)).eval()
+    processor = CLIPProcessor.from_pretrained(str(clip_dir))
+    pixels = processor(
+        images=[(i * 255).round().byte().permute(1, 2, 0).numpy() for i in images],
+        return_tensors="pt",
+    )
+    with torch.no_grad():
+        embedding = projected_embedding(
+            model.get_image_features(pixel_values=pixels["pixel_values"])
+        )
+        expected = head.eval()(torch.nn.functional.normalize(embedding, dim=-1))
+    torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0)
+    single = torch.cat(
+        [reward(images[i : i + 1], PROMPTS[i : i + 1]).scores["aesthetic"] for i in range(3)]
+    )
+    torch.testing.assert_close(single, ours, atol=1e-5, rtol=0)
+    grad_images = images.clone().requires_grad_(True)
+    reward.differentiable(grad_images, PROMPTS).sum().backward()
+    assert grad_images.grad is not None and grad_images.grad.abs().sum() > 0
+    torch.save({"wrong": torch.zeros(1)}, tmp_path / "bad.pth")
+    with pytest.raises(ValueError, match="not a 16-input predictor"):
+        build_reward("aesthetic", model=str(clip_dir), head=str(tmp_path / "bad.pth"))(
+            images, PROMPTS
+        )
