@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(err: Exception) -> bool:
+    from genrl.allocation import DynamicSamplingError
     from genrl.checkpoint import CheckpointError
-    from genrl.dynamic_sampling import DynamicSamplingError
     from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
     from reward_models import RewardError

@@ -4,7 +4,7 @@
 advantages, plus the gathered scores for logging. Everything random derives from
 ``(seed, iteration, round)``, so a resumed run and a run on N processes draw what an
 uninterrupted one-process run draws. With ``train.dynamic_sampling`` it samples refill rounds
-until enough groups have varied rewards (``genrl/dynamic_sampling.py``).
+until enough groups have varied rewards (``genrl/allocation.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 
 from genrl.advantages import decoupled_group_rewards
 from genrl.algorithms.base import RolloutNoise
+from genrl.allocation import collect_varied_groups
 from genrl.config import TrainConfig
-from genrl.dynamic_sampling import collect_varied_groups
 from genrl.groups import expand_groups, gather, gather_scores
 
 

@@ -21,10 +21,10 @@ import torch
 from genrl import checkpoint as ckpt
 from genrl.advantages import zero_std_fraction
 from genrl.algorithms import ALGORITHMS
+from genrl.allocation import DynamicSamplingError
 from genrl.collection import BatchCollector, CollectedBatch
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
-from genrl.dynamic_sampling import DynamicSamplingError
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats, process_slice
 from genrl.interrupt import StopRequest

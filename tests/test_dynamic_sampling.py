@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from genrl.dynamic_sampling import DynamicSamplingError, collect_varied_groups, varied_groups
+from genrl.allocation import DynamicSamplingError, collect_varied_groups, varied_groups
 from genrl.overrides import ConfigError
 from genrl.rollout import Batch, MaskedRollout, TokenRollout
 from reward_models import REWARDS, RewardModel, RewardOutput

@@ -1,4 +1,4 @@
-"""DAPO's dynamic sampling: train only on groups whose rewards differ.
+"""Batch allocation: DAPO's dynamic sampling, which trains only on groups whose rewards differ.
 
 A group whose samples all get the same reward has zero advantage under every group-relative
 estimator, so it adds no gradient and only dilutes the batch (Yu et al. 2025, "DAPO", Sec. 3.2:
