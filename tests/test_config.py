@@ -107,8 +107,11 @@ def test_reward_list_overrides(cfg):
     # kwargs is a free-form dict: new keys are allowed, values parsed as JSON when possible.
     cfg.apply_overrides(["reward.0.kwargs.path=/x", "reward.0.kwargs.batch=4"])
     assert cfg.reward[0].kwargs == {"path": "/x", "batch": 4}
-    with pytest.raises(ConfigError, match="index below 1"):
-        cfg.apply_overrides(["reward.1.weight=2"])
+    # One past the end adds an entry with default fields; further is an error.
+    cfg.apply_overrides(["reward.1.name=target_color"])
+    assert [r.name for r in cfg.reward] == [cfg.reward[0].name, "target_color"]
+    with pytest.raises(ConfigError, match="index below 2"):
+        cfg.apply_overrides(["reward.3.weight=2"])
 
 
 def test_algorithm_overrides(cfg):
