@@ -3,8 +3,10 @@ Reward", arXiv 2511.20256).
 
 * ``dino_similarity``: cosine similarity of a sample's DINOv2 CLS embedding to the reference
   images of its prompt, the max (default) or mean over references.
-* ``dino_adversarial``: a small head on frozen DINOv2 features scores the CLS token and
-  ``num_patches`` randomly sampled patch tokens; the reward is the mean score. The head is a
+* ``dino_adversarial``: a small head (Linear-GELU-Linear) on frozen DINOv2 features scores the
+  CLS token and ``num_patches`` randomly sampled patch tokens; the reward is
+  ``cls_weight * head(CLS) + (1 - cls_weight) * mean(head(patches))`` (0.7 / 64 patches, as
+  Adv-GRPO). The head is a
   discriminator trained with the hinge loss ``relu(1 - D(real)) + relu(1 + D(fake))``, real =
   reference images, fake = the current samples: ``update(...)``, which the trainer calls every
   iteration after scoring, takes one or more Adam steps. Its weights, optimizer state and
@@ -209,8 +211,9 @@ class DinoAdversarialReward(RewardModel):
             are reals for every sample; the discriminator learns reference vs generated).
         model: DINOv2 checkpoint.
         num_patches: patch tokens sampled per image (besides CLS) for scoring and training.
+        cls_weight: weight of the CLS token's score; the patches' mean gets the rest.
         hidden: width of the head's hidden layer.
-        lr: the head's Adam learning rate.
+        lr: the head's Adam learning rate (betas 0.5, 0.999).
         update_steps: Adam steps per ``update`` call.
         seed: initialisation and token/reference sampling.
         device, dtype, batch_size: as for ``dino_similarity``.
@@ -222,7 +225,8 @@ class DinoAdversarialReward(RewardModel):
         self,
         references: str,
         model: str = "facebook/dinov2-base",
-        num_patches: int = 16,
+        num_patches: int = 64,
+        cls_weight: float = 0.7,
         hidden: int = 256,
         lr: float = 1e-4,
         update_steps: int = 1,
@@ -231,13 +235,14 @@ class DinoAdversarialReward(RewardModel):
         dtype: str = "float32",
         batch_size: int = 32,
     ) -> None:
-        if num_patches < 0 or hidden < 1 or update_steps < 1 or lr <= 0:
+        if num_patches < 0 or hidden < 1 or update_steps < 1 or lr <= 0 or not 0 <= cls_weight <= 1:
             raise ValueError(
                 "dino_adversarial: need num_patches >= 0, hidden, update_steps >= 1, lr > 0"
             )
         self.references = _ReferenceSet(references)
         self.backbone = DinoBackbone(model, device, dtype, batch_size)
         self.num_patches, self.hidden, self.lr = num_patches, hidden, lr
+        self.cls_weight = cls_weight
         self.update_steps, self.seed = update_steps, seed
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
@@ -251,10 +256,12 @@ class DinoAdversarialReward(RewardModel):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
                 self._head = nn.Sequential(
-                    nn.LayerNorm(width), nn.Linear(width, self.hidden), nn.GELU(),
-                    nn.Linear(self.hidden, 1),
+                    nn.Linear(width, self.hidden), nn.GELU(), nn.Linear(self.hidden, 1),
                 ).to(self.backbone.device)  # fmt: skip
-            self._optimizer = torch.optim.Adam(self._head.parameters(), lr=self.lr)
+            # GAN-style betas, as Adv-GRPO trains its discriminator.
+            self._optimizer = torch.optim.Adam(
+                self._head.parameters(), lr=self.lr, betas=(0.5, 0.999)
+            )
         return self._head, self._optimizer
 
     @property
@@ -275,8 +282,11 @@ class DinoAdversarialReward(RewardModel):
         return torch.cat([cls[:, None], chosen], dim=1)
 
     def discriminate(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``[B]``: the head's mean score over an image's tokens."""
-        return self.head(tokens).squeeze(-1).mean(dim=1)
+        """``[B]``: ``cls_weight`` x the CLS score + the rest x the patches' mean score."""
+        scores = self.head(tokens).squeeze(-1)  # [B, 1 + K]
+        if scores.shape[1] == 1:
+            return scores[:, 0]
+        return self.cls_weight * scores[:, 0] + (1 - self.cls_weight) * scores[:, 1:].mean(dim=1)
 
     def score(
         self, outputs: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]] | None

@@ -151,3 +151,17 @@ def test_toy_training_with_an_adversarial_regulariser(tmp_path: Path, dino: Path
     trainer.train()
     state = load_checkpoint(resolve_checkpoint(tmp_path / "run"))["state"]["reward"]
     assert state["dino_adversarial"]["updates"] == 2
+
+
+def test_adversarial_score_weights_cls_and_patches_by_hand(tmp_path: Path, dino: Path) -> None:
+    write_images(tmp_path / "reals", pictures(1, 11))
+    reward = build_reward("dino_adversarial", references=str(tmp_path / "reals"), model=str(dino))
+    head = torch.nn.Linear(32, 1)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[0, 0] = 1.0
+        head.bias.zero_()
+    reward._head = head  # a head that reads feature 0
+    tokens = torch.zeros(1, 3, 32)
+    tokens[0, :, 0] = torch.tensor([1.0, 2.0, 4.0])  # CLS 1, patches 2 and 4
+    assert float(reward.discriminate(tokens)) == pytest.approx(0.7 * 1 + 0.3 * 3)
