@@ -161,7 +161,7 @@ def test_adversarial_score_weights_cls_and_patches_by_hand(tmp_path: Path, dino:
         head.weight.zero_()
         head.weight[0, 0] = 1.0
         head.bias.zero_()
-    reward._head = head  # a head that reads feature 0
+    reward._head, reward._optimizer = head, torch.optim.Adam(head.parameters())  # reads feature 0
     tokens = torch.zeros(1, 3, 32)
     tokens[0, :, 0] = torch.tensor([1.0, 2.0, 4.0])  # CLS 1, patches 2 and 4
     assert float(reward.discriminate(tokens)) == pytest.approx(0.7 * 1 + 0.3 * 3)
