@@ -16,6 +16,7 @@ REWARDS: dict[str, Any] = {
     "clipscore": "reward_models.clip:CLIPScoreReward",
     "pickscore": "reward_models.clip:PickScoreReward",
     "aesthetic": "reward_models.aesthetic:AestheticReward",
+    "hps": "reward_models.hps:HPSReward",
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",

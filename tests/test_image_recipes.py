@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 from diffusers_tiny import build_clip, build_flux, build_sana, build_sd3
+from vision_tiny import build_tiny_hps
 
 from genrl import get_recipe
 from genrl.recipes.images import IMAGE_RECIPES
@@ -22,15 +24,18 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     config = get_recipe(name)
     family = config.policy.name
     model = BUILDERS[family](tmp_path / family)
-    clip = build_clip(tmp_path / "clip")
     kwargs = '{"height": 32, "width": 32}'
     if family == "sana":
         kwargs = '{"height": 32, "width": 32, "max_sequence_length": 16}'
+    if config.reward[0].name == "hps":
+        reward_kwargs = json.dumps(build_tiny_hps(tmp_path / "hps"))
+    else:
+        reward_kwargs = json.dumps({"model": str(build_clip(tmp_path / "clip"))})
     config.apply_overrides(
         [
             f"policy.pretrained={model}",
             f"policy.kwargs={kwargs}",
-            f'reward.0.kwargs={{"model": "{clip}"}}',
+            f"reward.0.kwargs={reward_kwargs}",
             f"output_dir={tmp_path / 'run'}",
             "train.iterations=1",
             "train.prompts_per_iteration=2",

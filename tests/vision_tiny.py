@@ -126,3 +126,31 @@ def build_llava(directory: Path) -> Path:
         chat_template=template,
     ).save_pretrained(directory)
     return directory
+
+
+TINY_OPEN_CLIP = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
+}
+
+
+def build_tiny_hps(directory: Path) -> dict[str, str]:
+    """A tiny open_clip model (``tiny-hps``) registered from a config file and saved like an HPS
+    checkpoint (``{"state_dict": ...}``); returns the ``hps`` reward's keyword arguments."""
+    import json
+
+    import open_clip
+
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "tiny-hps.json"
+    config.write_text(json.dumps(TINY_OPEN_CLIP))
+    open_clip.add_model_config(str(config))
+    torch.manual_seed(0)
+    model = open_clip.create_model("tiny-hps", pretrained=None)
+    torch.save({"state_dict": model.state_dict()}, directory / "hps.pt")
+    return {
+        "checkpoint": str(directory / "hps.pt"),
+        "architecture": "tiny-hps",
+        "model_config": str(config),
+    }

@@ -118,6 +118,17 @@ def flux_dev_pickscore() -> TrainConfig:
     return config
 
 
+def flux_dev_hps() -> TrainConfig:
+    """FLUX.1-dev + HPSv2.1 (open_clip ViT-H-14, ``xswu/HPSv2``), DanceGRPO's FLUX reward, with
+    the ``flux_dev_pickscore`` settings (Flow-GRPO has no HPS config for FLUX): 6 SDE steps at
+    noise 0.9, guidance embedding 3.5, no KL, global std, 48 x 24. HPS scores are cosines
+    (~0.25-0.35 for good images), so advantages, not raw rewards, set the step size."""
+    config = flux_dev_pickscore()
+    config.recipe = "flux_dev_hps"
+    config.reward = [RewardSpec(name="hps", kwargs={"version": "v2.1"})]
+    return config
+
+
 def sana_clipscore() -> TrainConfig:
     """SANA-600M (512 px) + CLIPScore; settings of Flow-GRPO's ``clipscore_sd3`` (beta 0.02,
     same initial noise per group), which has no SANA config of its own."""
@@ -131,5 +142,6 @@ IMAGE_RECIPES = {
     "sd35m_pickscore": sd35m_pickscore,
     "sd35m_pickscore_fast": sd35m_pickscore_fast,
     "flux_dev_pickscore": flux_dev_pickscore,
+    "flux_dev_hps": flux_dev_hps,
     "sana_clipscore": sana_clipscore,
 }
