@@ -148,7 +148,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------
     def evaluate(self) -> EvalResult:
-        """Held-out reward of the current (or EMA) weights; run on every process, same result."""
+        """Held-out reward of the current (or EMA) weights: the chunks are shared out over the
+        processes and every process gets the whole result."""
         cfg = self.config
         self.policy.module.eval()
         context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
@@ -168,6 +169,7 @@ class Trainer:
                 guidance_scale=cfg.sampler.guidance_scale,
                 batch_size=cfg.eval.batch_size,
                 outputs_fn=outputs_fn,
+                accelerator=self.accelerator,
             )
 
     def export(self, directory: Path) -> Path | None:

@@ -227,11 +227,17 @@ def test_second_ctrl_c_aborts_without_saving(tmp_path: Path) -> None:
         return real_update(*args)  # type: ignore[arg-type]
 
     trainer.updater.update = ctrl_c_twice  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train()
-    assert not (tmp_path / "run" / "checkpoints").exists()
-    # The handler is removed again: SIGINT is back to Python's default.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Start from Python's default handler even where the test process inherited SIGINT as
+    # ignored (a shell's background job).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train()
+        assert not (tmp_path / "run" / "checkpoints").exists()
+        # The handler is removed again: SIGINT is back to Python's default.
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_resuming_an_older_checkpoint_sets_later_ones_aside(tmp_path: Path) -> None:
@@ -336,3 +342,32 @@ def test_two_rewards_normalised_then_summed(tmp_path: Path, monkeypatch) -> None
     metrics = trainer.train_iteration()
     for name in ("digit_classifier/mean", "brightness/mean", "reward/mean"):
         assert math.isfinite(metrics[name])
+
+
+def _two_process_eval_worker(directory: str) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    accelerator = Accelerator(cpu=True)
+    config = tiny_config(Path(directory), "eval.batch_size=6")
+    trainer = Trainer(config, run_dir=Path(directory) / "ddp", accelerator=accelerator)
+    result = trainer.evaluate()
+    torch.save(
+        {"reward": result.reward, "scores": result.scores, "outputs": result.outputs},
+        Path(directory) / f"eval{accelerator.process_index}.pt",
+    )
+
+
+def test_evaluation_is_shared_out_over_processes(tmp_path: Path) -> None:
+    """Two processes make and score alternate chunks and both return the one-process result."""
+    from accelerate import debug_launcher
+
+    config = tiny_config(tmp_path, "eval.batch_size=6")
+    single = Trainer(config, run_dir=tmp_path / "single").evaluate()
+    debug_launcher(_two_process_eval_worker, args=(str(tmp_path),), num_processes=2)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"eval{rank}.pt")
+        assert result["reward"] == pytest.approx(single.reward, abs=1e-6)
+        assert result["scores"] == pytest.approx(single.scores, abs=1e-6)
+        torch.testing.assert_close(result["outputs"], single.outputs, atol=1e-6, rtol=0)
