@@ -17,6 +17,7 @@ REWARDS: dict[str, Any] = {
     "pickscore": "reward_models.clip:PickScoreReward",
     "aesthetic": "reward_models.aesthetic:AestheticReward",
     "hps": "reward_models.hps:HPSReward",
+    "image_reward": "reward_models.image_reward:ImageReward",
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",

@@ -17,6 +17,27 @@ from genrl.trainer import Trainer
 BUILDERS = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}
 
 
+def tiny_image_reward(directory: Path) -> dict[str, object]:
+    """A tiny ImageReward checkpoint built by the ``image-reward`` package (the reference)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ImageReward") is None:
+        pytest.skip("needs: pip install --no-deps image-reward==1.5")
+    from image_reward_reference import build_reference
+    from test_image_reward import WORDS
+
+    tokenizer = directory / "tokenizer"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    _, checkpoint, med_config = build_reference(directory, tokenizer)
+    return {
+        "checkpoint": str(checkpoint),
+        "med_config": str(med_config),
+        "tokenizer": str(tokenizer),
+        "vision_num_heads": 2,
+    }
+
+
 @pytest.mark.parametrize("name", list(IMAGE_RECIPES))
 def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     from accelerate.state import AcceleratorState
@@ -29,6 +50,8 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
         kwargs = '{"height": 32, "width": 32, "max_sequence_length": 16}'
     if config.reward[0].name == "hps":
         reward_kwargs = json.dumps(build_tiny_hps(tmp_path / "hps"))
+    elif config.reward[0].name == "image_reward":
+        reward_kwargs = json.dumps(tiny_image_reward(tmp_path / "image_reward"))
     else:
         reward_kwargs = json.dumps({"model": str(build_clip(tmp_path / "clip"))})
     config.apply_overrides(

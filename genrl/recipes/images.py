@@ -77,6 +77,13 @@ def sd35m_pickscore() -> TrainConfig:
     return _sd3_base("sd35m_pickscore", RewardSpec(name="pickscore"), kl_beta=0.001)
 
 
+def sd35m_imagereward() -> TrainConfig:
+    """SD3.5-medium + ImageReward v1.0 (``THUDM/ImageReward``, on transformers' BLIP; no
+    ``image-reward`` package at run time), with the ``sd35m_pickscore`` settings (Flow-GRPO
+    has no ImageReward config): 10 SDE steps at noise 0.7, CFG 4.5, beta 0.001, global std."""
+    return _sd3_base("sd35m_imagereward", RewardSpec(name="image_reward"), kl_beta=0.001)
+
+
 def sd35m_pickscore_fast() -> TrainConfig:
     """SD3.5-medium + PickScore, Flow-GRPO-Fast without CFG (``pickscore_sd3_fast_nocfg``): CPS
     noise 0.8 in a 3-step SDE window within the first half of the steps, clip 1e-5 (the
@@ -141,6 +148,7 @@ def sana_clipscore() -> TrainConfig:
 IMAGE_RECIPES = {
     "sd35m_pickscore": sd35m_pickscore,
     "sd35m_pickscore_fast": sd35m_pickscore_fast,
+    "sd35m_imagereward": sd35m_imagereward,
     "flux_dev_pickscore": flux_dev_pickscore,
     "flux_dev_hps": flux_dev_hps,
     "sana_clipscore": sana_clipscore,
