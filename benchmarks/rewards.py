@@ -2,8 +2,9 @@
 a tiny and a realistic size.
 
 Tiny: the test suite's tiny random backbones on small images. Realistic: the real architectures
-(CLIP ViT-L/14 for CLIPScore, DINOv2-base for the DINO rewards) with random weights on 512 px
-images, which the rewards resize to the backbone's 224 px; the digit rewards stay at their 8x8
+(CLIP ViT-L/14 for CLIPScore and the aesthetic predictor, open_clip ViT-H-14 for HPS, DINOv2-base
+for the DINO rewards) with random weights on 512 px images, which the rewards resize to the
+backbone's 224 px (ImageReward and the VLM judge: tiny only); the digit rewards stay at their 8x8
 task size. ``remote`` is ``target_color`` behind a loopback ``genrl serve-reward`` server, so its
 gap to ``target_color`` is the wire's cost (PNG encoding, HTTP). Random weights cost what trained
 ones cost; no download is needed.
@@ -66,6 +67,58 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
             write_images(references, images(4, 3, 256 if big else 40, seed=1))
         reward = build_reward(name, references=str(references), model=str(dino))
         return reward, images(batch, 3, 512 if big else 40), nothing
+    if name == "aesthetic":
+        from reward_models.aesthetic import AestheticMLP
+
+        model = clip_vit_l14(root / "clip") if big else tiny_clip(root / "clip")
+        head = root / "aesthetic_head.pth"
+        torch.save(AestheticMLP(768 if big else 16).state_dict(), head)
+        reward = build_reward("aesthetic", model=str(model), head=str(head))
+        return reward, images(batch, 3, 512 if big else 64), nothing
+    if name == "hps":
+        from vision_tiny import build_tiny_hps
+
+        if big:
+            import open_clip
+
+            checkpoint = root / "hps_vit_h14.pt"
+            if not checkpoint.is_file():
+                torch.manual_seed(0)
+                model = open_clip.create_model("ViT-H-14", pretrained=None)
+                torch.save({"state_dict": model.state_dict()}, checkpoint)
+            reward = build_reward("hps", checkpoint=str(checkpoint))
+        else:
+            reward = build_reward("hps", **build_tiny_hps(root / "hps"))
+        return reward, images(batch, 3, 512 if big else 64), nothing
+    if name == "image_reward":
+        if big:
+            raise SkipSize("needs a full-size ImageReward checkpoint (2 GB download)")
+        import importlib.util
+
+        if importlib.util.find_spec("ImageReward") is None:
+            raise SkipSize("needs: pip install --no-deps image-reward==1.5")
+        from image_reward_reference import build_reference
+
+        tokenizer = root / "bert"
+        tokenizer.mkdir(parents=True, exist_ok=True)
+        (tokenizer / "vocab.txt").write_text(
+            "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+        )
+        _, checkpoint, med = build_reference(root / "image_reward", tokenizer)
+        reward = build_reward(
+            "image_reward", checkpoint=str(checkpoint), med_config=str(med),
+            tokenizer=str(tokenizer), vision_num_heads=2,
+        )  # fmt: skip
+        return reward, images(batch, 3, 64), nothing
+    if name == "artifact_judge":
+        if big:
+            raise SkipSize("a realistic VLM judge runs on a GPU or behind an endpoint")
+        from vision_tiny import build_llava
+
+        llava = root / "llava"
+        if not llava.is_dir():
+            build_llava(llava)
+        return build_reward("artifact_judge", model=str(llava)), images(batch, 3, 64), nothing
     if name == "remote":
         from reward_models.color import TargetColorReward
         from reward_models.server import RewardServer
@@ -74,6 +127,10 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
         reward = build_reward("remote", url=server.address, name="target_color", retries=0)
         return reward, images(batch, 3, 512 if big else 64), server.shutdown
     raise ValueError(name)
+
+
+class SkipSize(Exception):
+    """This reward is not measured at this size (the reason is printed)."""
 
 
 def tiny_clip(directory: Path) -> Path:
@@ -166,6 +223,10 @@ NAMES = (
     "digit_classifier",
     "artifact_probe",
     "clipscore",
+    "aesthetic",
+    "hps",
+    "image_reward",
+    "artifact_judge",
     "dino_similarity",
     "dino_adversarial",
     "remote",
@@ -187,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.sizes:
             root = Path(tmp) / size
             for name in args.rewards:
-                reward, batch, cleanup = build(name, size, root)
+                try:
+                    reward, batch, cleanup = build(name, size, root)
+                except SkipSize as reason:
+                    print(f"{name:<18} {size:<10} skipped: {reason}", flush=True)
+                    continue
                 try:
                     row = measure(reward, batch, SETTINGS[size]["repeats"])
                 finally:
