@@ -2,9 +2,10 @@
 a tiny and a realistic size.
 
 Tiny: the test suite's tiny random backbones on small images. Realistic: the real architectures
-(CLIP ViT-L/14 for CLIPScore and the aesthetic predictor, open_clip ViT-H-14 for HPS, DINOv2-base
-for the DINO rewards) with random weights on 512 px images, which the rewards resize to the
-backbone's 224 px (ImageReward and the VLM judge: tiny only); the digit rewards stay at their 8x8
+(CLIP ViT-L/14 for CLIPScore and the aesthetic predictor, open_clip ViT-H-14 for HPS, BLIP
+ViT-L/16 + BERT-base for ImageReward, built by the ``image-reward`` package, DINOv2-base for the
+DINO rewards) with random weights on 512 px images, which the rewards resize to the backbone's
+224 px (the VLM judge: tiny only; a realistic VLM does not fit this CPU's memory in float32); the digit rewards stay at their 8x8
 task size. ``remote`` is ``target_color`` behind a loopback ``genrl serve-reward`` server, so its
 gap to ``target_color`` is the wire's cost (PNG encoding, HTTP). Random weights cost what trained
 ones cost; no download is needed.
@@ -91,8 +92,6 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
             reward = build_reward("hps", **build_tiny_hps(root / "hps"))
         return reward, images(batch, 3, 512 if big else 64), nothing
     if name == "image_reward":
-        if big:
-            raise SkipSize("needs a full-size ImageReward checkpoint (2 GB download)")
         import importlib.util
 
         if importlib.util.find_spec("ImageReward") is None:
@@ -104,15 +103,15 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
         (tokenizer / "vocab.txt").write_text(
             "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
         )
-        _, checkpoint, med = build_reference(root / "image_reward", tokenizer)
+        _, checkpoint, med = build_reference(root / "image_reward", tokenizer, realistic=big)
         reward = build_reward(
             "image_reward", checkpoint=str(checkpoint), med_config=str(med),
-            tokenizer=str(tokenizer), vision_num_heads=2,
+            tokenizer=str(tokenizer), vision_num_heads=16 if big else 2,
         )  # fmt: skip
-        return reward, images(batch, 3, 64), nothing
+        return reward, images(batch, 3, 512 if big else 64), nothing
     if name == "artifact_judge":
         if big:
-            raise SkipSize("a realistic VLM judge runs on a GPU or behind an endpoint")
+            raise SkipSize("a realistic VLM (7B) does not fit this CPU; use a GPU or an endpoint")
         from vision_tiny import build_llava
 
         llava = root / "llava"

@@ -64,10 +64,13 @@ def _find_pruneable_heads_and_indices(heads: Any, n_heads: int, head_size: int, 
     raise NotImplementedError("head pruning is not used when scoring")
 
 
-def build_reference(directory: Path, tokenizer_dir: Path) -> tuple[Any, Path, Path]:
-    """A tiny random ImageReward built by the package itself: ViT 32 px / patch 8 / width 32 /
-    depth 2 / 2 heads, a one-layer text encoder of width 768 (the package's MLP input), the
-    test tokenizer. Returns ``(model, checkpoint path, med_config path)``."""
+def build_reference(
+    directory: Path, tokenizer_dir: Path, realistic: bool = False
+) -> tuple[Any, Path, Path]:
+    """A random ImageReward built by the package itself, with the test tokenizer. Tiny: ViT
+    32 px / patch 8 / width 32 / depth 2 / 2 heads and a one-layer text encoder of width 768
+    (the package's MLP input). ``realistic``: the released sizes (ViT-L/16 at 224 px, a
+    12-layer BERT-base with cross-attention). Returns ``(model, checkpoint, med_config)``."""
     import json
 
     _install_shims()
@@ -99,23 +102,26 @@ def build_reference(directory: Path, tokenizer_dir: Path) -> tuple[Any, Path, Pa
         tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
         return tok
 
-    blip_pretrain.create_vit = tiny_vit
+    if not realistic:
+        blip_pretrain.create_vit = tiny_vit
     blip_pretrain.init_tokenizer = tokenizer
     vocab = len(tokenizer())
+    layers, heads, inner, width = (12, 12, 3072, 1024) if realistic else (1, 2, 64, 32)
     med = {
-        "architectures": ["BertModel"], "hidden_size": 768, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+        "architectures": ["BertModel"], "hidden_size": 768, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "intermediate_size": inner, "max_position_embeddings": 512,
         "vocab_size": vocab, "hidden_act": "gelu", "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-12, "type_vocab_size": 2,
         "initializer_range": 0.02, "pad_token_id": 0, "add_type_embeddings": False,
-        "encoder_width": 32, "add_cross_attention": True,
+        "encoder_width": width, "add_cross_attention": True,
     }  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     med_path = directory / "med_config.json"
     med_path.write_text(json.dumps(med))
     torch.manual_seed(0)
     model = package.ImageReward(med_config=str(med_path), device="cpu").eval()
-    model.preprocess = package._transform(32)  # the tiny ViT's resolution
+    if not realistic:
+        model.preprocess = package._transform(32)  # the tiny ViT's resolution
     checkpoint = directory / "ImageReward.pt"
     torch.save(model.state_dict(), checkpoint)
     return model, checkpoint, med_path
