@@ -41,6 +41,7 @@ def _install_shims() -> None:
     # The package's __init__ files import its other tools (ReFL training with datasets and
     # diffusers, CLIP and aesthetic scorers with OpenAI's clip); ImageReward's scoring path needs
     # none of them, so the two packages are entered without running their __init__.
+    import importlib.machinery
     import importlib.util
 
     root = importlib.util.find_spec("ImageReward")
@@ -49,6 +50,9 @@ def _install_shims() -> None:
         if name not in sys.modules:
             package = types.ModuleType(name)
             package.__path__ = [str(Path(p) / sub) for p in root.submodule_search_locations]
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = package.__path__
+            package.__spec__ = spec  # so that find_spec(name) still answers
             sys.modules[name] = package
     if "fairscale" not in sys.modules:  # activation checkpointing, off when scoring
         names = ["fairscale", "fairscale.nn", "fairscale.nn.checkpoint"]
