@@ -254,3 +254,69 @@ def sequence_advantages(
     else:
         raise ValueError(f"advantage estimator must be 'group' or 'rloo', got {estimator!r}")
     return clip_advantages(advantages, max_abs)
+
+
+def tree_values(
+    leaf_rewards: torch.Tensor,
+    edges_per_step: list[int],
+    path_log_probs: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
+    """BranchGRPO's reward fusion: the value of every edge of a tree from its leaves' rewards.
+
+    The leaves below an edge form a contiguous block (children are numbered consecutively), so an
+    edge of step ``t`` owns ``L / edges_per_step[t]`` leaves. Its value is their mean, or with
+    ``path_log_probs`` the probability-weighted mean ``sum_l softmax(log p(path to l)) r_l``,
+    where ``log p`` sums the log-probs of the edges below this one on the way to ``l`` (computed
+    with ``logsumexp``, stable for log-probs of any size).
+
+    Args:
+        leaf_rewards: ``[R, L]`` rewards of each tree's leaves.
+        edges_per_step: ``T`` edge counts per tree (``L`` divisible by each).
+        path_log_probs: ``T`` tensors ``[R, edges_per_step[t]]``, the edges' log-probs.
+
+    Returns:
+        ``T`` tensors ``[R, edges_per_step[t]]`` of edge values (float32).
+    """
+    rewards = leaf_rewards.double()
+    num_trees, num_leaves = rewards.shape
+    steps = len(edges_per_step)
+    if any(num_leaves % e for e in edges_per_step):
+        raise ValueError(f"{num_leaves} leaves do not split evenly into {edges_per_step} edges")
+    if path_log_probs is None:
+        return [
+            rewards.view(num_trees, e, num_leaves // e).mean(-1).float() for e in edges_per_step
+        ]
+    # below[t][r, l]: log-prob of leaf l's path strictly after step t (0 after the last step).
+    below = [torch.zeros(num_trees, num_leaves, dtype=torch.float64)] * steps
+    running = torch.zeros(num_trees, num_leaves, dtype=torch.float64)
+    for t in range(steps - 1, -1, -1):
+        below[t] = running
+        e = edges_per_step[t]
+        per_leaf = path_log_probs[t].double().repeat_interleave(num_leaves // e, dim=1)
+        running = running + per_leaf
+    values = []
+    for t, e in enumerate(edges_per_step):
+        logits = below[t].view(num_trees, e, num_leaves // e)
+        weights = torch.softmax(logits, dim=-1)
+        values.append((weights * rewards.view(num_trees, e, -1)).sum(-1).float())
+    return values
+
+
+def depthwise_advantages(values: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
+    """BranchGRPO's depth-wise advantages: each step's edge values z-scored within each tree.
+
+    ``A = (v - mean_depth) / (std_depth + eps)`` over the ``[R, E_t]`` edges of one tree at one
+    step (population std). A step with one edge per tree (before the first split) or with equal
+    values gets exactly 0: it carries no preference between branches.
+    """
+    advantages = []
+    for v in values:
+        v = v.double()
+        if v.shape[1] < 2:
+            advantages.append(torch.zeros_like(v, dtype=torch.float32))
+            continue
+        centred = v - v.mean(dim=1, keepdim=True)
+        std = v.std(dim=1, unbiased=False, keepdim=True)
+        a = torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
+        advantages.append(a.float())
+    return advantages
