@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
-from genrl.recipes.digits import digits_flow_grpo, digits_flow_grpo_lora
+from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
@@ -15,6 +15,7 @@ from genrl.recipes.text import TEXT_RECIPES
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo": digits_flow_grpo,
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
+    "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,

@@ -47,3 +47,21 @@ def digits_flow_grpo_lora() -> TrainConfig:
     config.policy.lora_rank = 16
     config.optim.lr = 1e-3
     return config
+
+
+def digits_branch_grpo() -> TrainConfig:
+    """BranchGRPO on the embedded task: each prompt's 8 samples are the leaves of one tree that
+    splits in two at steps 0, 3 and 6 of 10 (split noise 0.9), with the Flow-GRPO recipe's
+    clip range, learning rate and budget."""
+    from genrl.algorithms.branch_grpo import BranchGRPOConfig
+
+    config = digits_flow_grpo()
+    config.recipe = "digits_branch_grpo"
+    config.algorithm = BranchGRPOConfig(
+        clip_range=2e-3,
+        kl_beta=0.0,
+        split_steps=[0, 3, 6],
+        branching=[2, 2, 2],
+        split_noise_level=0.9,
+    )
+    return config

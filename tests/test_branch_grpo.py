@@ -1,0 +1,79 @@
+"""BranchGRPO on the tiny digits task: training steps, pruning and the unit bookkeeping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_config
+
+from genrl import Trainer
+from genrl.overrides import ConfigError
+
+TREE = ("algorithm.name=branch_grpo", "algorithm.split_steps=[0, 1]", "algorithm.branching=[2, 2]")
+TREE += ("algorithm.clip_range=2e-3",)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        (),
+        (
+            "algorithm.split_noise_level=1.2",
+            "algorithm.fusion=probability",
+            "algorithm.kl_beta=0.01",
+        ),
+        ("algorithm.width_pruning=sibling_top", "algorithm.train_steps=[0, 1, 2]"),
+        ("algorithm.ode_steps=[3]",),
+    ],
+    ids=["plain", "split_noise_probability_kl", "pruned", "mix"],
+)
+def test_two_branch_grpo_steps_train(tmp_path: Path, variant: tuple[str, ...]) -> None:
+    trainer = Trainer(tiny_config(tmp_path, *TREE, *variant), run_dir=tmp_path / "run")
+    before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    # The planned count (schedule, depth and width pruning) is what training units hold.
+    assert len(units) == trainer.algorithm.num_units(len(batch.rollout))
+    first = trainer.train_iteration()
+    assert first["loss/first_minibatch_ratio_deviation"] == 0.0
+    trainer.train_iteration()
+    after = dict(trainer.policy.network.named_parameters())
+    assert sum(not torch.equal(p, after[n]) for n, p in before.items()) >= 0.9 * len(before)
+
+
+def test_units_by_hand(tmp_path: Path) -> None:
+    """4 trees x 4 leaves, splits at steps 0 and 1 of 4: edges per tree 2 + 4 + 4 + 4."""
+    trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "a")
+    assert trainer.algorithm.num_units(16) == 4 * 14
+    pruned = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=sibling_top",
+                         "algorithm.train_steps=[1, 3]", "algorithm.ode_steps=[3]")  # fmt: skip
+    algorithm = Trainer(pruned, run_dir=tmp_path / "b").algorithm
+    # Step 1 splits (keep 1 of each 2 siblings: 2 of 4 edges); step 3 is an ODE step.
+    assert algorithm.num_units(16) == 4 * 2
+
+
+def test_pruning_keeps_the_largest_advantages_among_siblings(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=sibling_top")
+    algorithm = Trainer(config, run_dir=tmp_path / "run").algorithm
+    advantage = torch.tensor([[0.5, -2.0, 1.0, 0.1]])  # siblings (0, 1) and (2, 3)
+    assert algorithm._keep_mask(advantage, factor=2).tolist() == [[False, True, True, False]]
+    assert algorithm._keep_mask(advantage, factor=1).all()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("algorithm.branching=[2, 3]",), "must equal the tree's leaves"),
+        (("algorithm.split_steps=[0, 9]",), "strictly increasing"),
+        (("algorithm.train_steps=[3]", "algorithm.ode_steps=[3]"), "no step left to train"),
+        (("algorithm.ode_steps=[1]",), "cannot be an ODE step"),
+        (("train.dynamic_sampling=true",), "dynamic_sampling is not supported"),
+    ],
+)
+def test_bad_tree_settings_are_refused(
+    tmp_path: Path, overrides: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(tmp_path, *TREE, *overrides).validate()
