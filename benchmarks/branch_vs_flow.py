@@ -99,6 +99,7 @@ def task_config(task: str, method: str, root: Path, seed: int = 0) -> Any:
             "policy.dtype=float32",
             "eval.samples_per_prompt=1",
             "eval.num_steps=4",
+            "algorithm.kl_beta=0.0",  # as the tree methods: no reference forward in either
             *method_overrides(method),
         ]
     )
