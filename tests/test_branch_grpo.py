@@ -77,3 +77,50 @@ def test_bad_tree_settings_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         tiny_config(tmp_path, *TREE, *overrides).validate()
+
+
+def test_branch_grpo_on_the_tiny_sd3_pipeline(tmp_path: Path) -> None:
+    """The diffusers adapter through the same code path: CFG in the tree rollout and in
+    training, two steps change the LoRA weights, first-minibatch ratio exactly 1."""
+    from accelerate.state import AcceleratorState
+    from diffusers_tiny import build_clip, build_sd3
+
+    from genrl import get_recipe
+
+    config = get_recipe("sd35m_pickscore")
+    config.apply_overrides(
+        [
+            f"policy.pretrained={build_sd3(tmp_path / 'sd3')}",
+            'policy.kwargs={"height": 32, "width": 32}',
+            "reward.0.name=clipscore",
+            f'reward.0.kwargs={{"model": "{build_clip(tmp_path / "clip")}"}}',
+            f"output_dir={tmp_path / 'run'}",
+            "sampler.num_steps=4",
+            "train.prompts_per_iteration=2",
+            "train.group_size=4",
+            "train.minibatch_size=16",
+            "train.gradient_accumulation_steps=1",
+            "train.mixed_precision=no",
+            "policy.dtype=float32",
+            "eval.samples_per_prompt=1",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+            *TREE,
+            "algorithm.split_noise_level=0.9",
+        ]
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        trainer = Trainer(config)
+        before = {
+            n: p.detach().clone()
+            for n, p in trainer.policy.network.named_parameters()
+            if p.requires_grad
+        }
+        first = trainer.train_iteration()
+        trainer.train_iteration()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert first["loss/first_minibatch_ratio_deviation"] == 0.0
+    after = dict(trainer.policy.network.named_parameters())
+    assert sum(not torch.equal(p, after[n]) for n, p in before.items()) >= 0.9 * len(before)
