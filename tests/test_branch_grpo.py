@@ -124,3 +124,19 @@ def test_branch_grpo_on_the_tiny_sd3_pipeline(tmp_path: Path) -> None:
     assert first["loss/first_minibatch_ratio_deviation"] == 0.0
     after = dict(trainer.policy.network.named_parameters())
     assert sum(not torch.equal(p, after[n]) for n, p in before.items()) >= 0.9 * len(before)
+
+
+def test_best_worst_pruning_trains_the_extreme_paths(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=best_worst")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    assert len(units) == trainer.algorithm.num_units(16) == 4 * 4 * 2  # 4 trees, 4 steps, 2 paths
+    tree = batch.rollout.tree
+    leaf = batch.rollout.advantages.view(4, 4)
+    best = int(leaf[0].argmax())
+    # Tree 0's best path at the last step is its best leaf's own edge.
+    last = units.timestep_index == 3
+    assert torch.equal(units.next_sample[last][0], tree.next_states[3][best])
+    first = trainer.train_iteration()
+    assert first["loss/first_minibatch_ratio_deviation"] == 0.0

@@ -11,8 +11,9 @@ under the split sampler, the density they were drawn from.
 
 Pruning changes what is trained, never the rollout: ``train_steps`` picks depths (all trainable
 ones by default), ``width_pruning="sibling_top"`` keeps, at each split, the ``width_keep``
-fraction of every sibling group with the largest ``|advantage|``, and ODE steps (``ode_steps``,
-the Mix variant) are never trained. A depth-wise advantage is unchanged by an affine map of a
+fraction of every sibling group with the largest ``|advantage|``, ``"best_worst"`` the edges on
+the paths to each tree's best and worst leaf, and ODE steps (``ode_steps``, the Mix variant) are
+never trained. A depth-wise advantage is unchanged by an affine map of a
 tree's leaf rewards, so it is computed from the per-leaf group advantages the trainer stores.
 """
 
@@ -52,8 +53,11 @@ class BranchGRPOConfig(FlowGRPOConfig):
     """Edge value: mean of the leaves below, or weighted by the paths' probabilities."""
     train_steps: list[int] | None = None
     """Depth pruning: the steps whose edges are trained; None = every stochastic step."""
-    width_pruning: Literal["none", "sibling_top"] = "none"
-    """Width pruning at split steps: keep each sibling group's top ``width_keep`` by |A|."""
+    width_pruning: Literal["none", "sibling_top", "best_worst"] = "none"
+    """Width pruning: ``sibling_top`` keeps, at split steps, each sibling group's top
+    ``width_keep`` by |A|; ``best_worst`` keeps, at every trained step, the edges on the paths to
+    each tree's best and worst leaf (an edge on both paths counts twice, so that every tree
+    trains the same number of edges and processes stay in step)."""
     width_keep: float = 0.5
     """Fraction of each sibling group kept by ``sibling_top`` (rounded up)."""
     std_mode: Literal["group", "global", "none"] = "group"
@@ -148,6 +152,8 @@ class BranchGRPO(FlowGRPO):
     def _kept_per_step(self, step: int) -> int:
         """Edges per tree trained at ``step`` after width pruning."""
         edges, factor = self.schedule.edges(step), self.schedule.factor(step)
+        if self.config.width_pruning == "best_worst":
+            return 2
         if self.config.width_pruning == "sibling_top" and factor > 1:
             return edges // factor * math.ceil(self.config.width_keep * factor)
         return edges
@@ -220,10 +226,17 @@ class BranchGRPO(FlowGRPO):
             k: [] for k in ("rows", "sample", "next", "step", "old", "adv")
         }
         device = tree.states[0].device
+        best_worst = torch.stack([leaf_values.argmax(1), leaf_values.argmin(1)], dim=1)  # [R, 2]
         for t in self.trained:
             advantage = depth_advantages[t]  # [R, E_t]
-            keep = self._keep_mask(advantage, schedule.factor(t)).flatten().to(device)
-            index = keep.nonzero()[:, 0]
+            if self.config.width_pruning == "best_worst":
+                # The edge of step t on the path to leaf l is l // (leaves per edge).
+                on_path = best_worst // (schedule.num_leaves // edges[t])
+                offsets = torch.arange(num_trees)[:, None] * edges[t]
+                index = (on_path + offsets).flatten().to(device)
+            else:
+                keep = self._keep_mask(advantage, schedule.factor(t)).flatten().to(device)
+                index = keep.nonzero()[:, 0]
             parent = tree.parents[t][index]
             parts["rows"].append(torch.div(index, edges[t], rounding_mode="floor"))
             parts["sample"].append(tree.states[t][parent])
