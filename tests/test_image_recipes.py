@@ -54,6 +54,10 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
         reward_kwargs = json.dumps(tiny_image_reward(tmp_path / "image_reward"))
     else:
         reward_kwargs = json.dumps({"model": str(build_clip(tmp_path / "clip"))})
+    group = 3
+    if config.algorithm.name == "branch_grpo":  # the group is the tree's leaves
+        group = math.prod(config.algorithm.branching)
+        config.apply_overrides(["sampler.num_steps=10", "algorithm.train_steps=[0, 1, 2, 3, 4, 5]"])
     config.apply_overrides(
         [
             f"policy.pretrained={model}",
@@ -62,7 +66,7 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
             f"output_dir={tmp_path / 'run'}",
             "train.iterations=1",
             "train.prompts_per_iteration=2",
-            "train.group_size=3",
+            f"train.group_size={group}",
             "train.gradient_accumulation_steps=1",
             "train.rollout_batch_size=4",
             "eval.samples_per_prompt=1",

@@ -136,6 +136,50 @@ def flux_dev_hps() -> TrainConfig:
     return config
 
 
+def flux_dev_hps_branch() -> TrainConfig:
+    """BranchGRPO on FLUX.1-dev + HPSv2.1, the reference's FLUX script
+    (``scripts/finetune/finetune_flux_branchgrpo_8gpus.sh`` of github.com/Fredreic1849/BranchGRPO):
+    720 px, 20 DanceGRPO SDE steps at eta 0.3 with shift 3, no CFG (guidance embedding 3.5),
+    splits at steps 0, 3, 6, 9 into 2 (16 leaves = the group), split noise 4x (eta 1.2 here),
+    mean fusion, training the first 60% of steps (``timestep_fraction 0.6``), clip 1e-3,
+    advantage clip 5, lr 1e-5, weight decay 1e-4, grad-norm 1, 12 accumulation steps, 300
+    iterations, all weights trained (the reference runs 8 GPUs with FSDP: launch with an
+    ``accelerate`` FSDP config, or set ``policy.lora_rank`` for a single GPU). Not run here.
+    """
+    from genrl.algorithms.branch_grpo import BranchGRPOConfig
+
+    config = flux_dev_hps()
+    config.recipe = "flux_dev_hps_branch"
+    config.policy.lora_rank, config.policy.lora_alpha = 0, 0.0
+    config.policy.gradient_checkpointing = True
+    config.policy.kwargs = {"height": 720, "width": 720, "embedded_guidance": 3.5}
+    config.sampler = SamplerConfig(
+        name="dance_sde", num_steps=20, noise_level=0.3, shift=3.0, guidance_scale=1.0
+    )
+    config.algorithm = BranchGRPOConfig(
+        split_steps=[0, 3, 6, 9],
+        branching=[2, 2, 2, 2],
+        split_noise_level=1.2,
+        train_steps=list(range(12)),
+        clip_range=1e-3,
+        advantage_clip=5.0,
+        kl_beta=0.0,
+        cfg_in_training=False,
+        max_batch=16,
+    )
+    config.train = TrainLoopConfig(
+        iterations=300,
+        prompts_per_iteration=16,
+        group_size=16,
+        minibatch_size=2,
+        gradient_accumulation_steps=12,
+        rollout_batch_size=16,
+        mixed_precision="bf16",
+    )
+    config.optim = OptimConfig(lr=1e-5, weight_decay=1e-4, max_grad_norm=1.0)
+    return config
+
+
 def sana_clipscore() -> TrainConfig:
     """SANA-600M (512 px) + CLIPScore; settings of Flow-GRPO's ``clipscore_sd3`` (beta 0.02,
     same initial noise per group), which has no SANA config of its own."""
@@ -151,5 +195,6 @@ IMAGE_RECIPES = {
     "sd35m_imagereward": sd35m_imagereward,
     "flux_dev_pickscore": flux_dev_pickscore,
     "flux_dev_hps": flux_dev_hps,
+    "flux_dev_hps_branch": flux_dev_hps_branch,
     "sana_clipscore": sana_clipscore,
 }
