@@ -140,3 +140,24 @@ def test_best_worst_pruning_trains_the_extreme_paths(tmp_path: Path) -> None:
     assert torch.equal(units.next_sample[last][0], tree.next_states[3][best])
     first = trainer.train_iteration()
     assert first["loss/first_minibatch_ratio_deviation"] == 0.0
+
+
+def test_a_tree_without_splits_is_the_flow_grpo_rollout(tmp_path: Path) -> None:
+    """Branching factor 1 everywhere (a group of one) samples exactly what Flow-GRPO samples
+    with the same noise: same initial state, same step noise, same log-probs."""
+    chain = (
+        "train.group_size=1",
+        "train.prompts_per_iteration=6",
+        "sampler.same_initial_noise=true",
+    )
+    flow = Trainer(tiny_config(tmp_path, *chain), run_dir=tmp_path / "flow").collect()
+    tree_config = tiny_config(
+        tmp_path, *chain, "algorithm.name=branch_grpo", "algorithm.split_steps=[]",
+        "algorithm.branching=[]",
+    )  # fmt: skip
+    tree = Trainer(tree_config, run_dir=tmp_path / "tree").collect().rollout.tree
+    torch.testing.assert_close(tree.leaves, flow.rollout.final, rtol=0, atol=1e-6)
+    for t in range(4):
+        torch.testing.assert_close(
+            tree.log_probs[t], flow.rollout.log_probs[:, t], rtol=0, atol=1e-6
+        )

@@ -186,6 +186,8 @@ class BranchGRPO(FlowGRPO):
             return policy.velocity(x, sigmas[step].expand(len(x)), rows.rows(trees), guidance)
 
         def draws(step: int, n: int, event: tuple[int, ...]) -> torch.Tensor:
+            if n == noise.num_local:  # one edge per sample: Flow-GRPO's per-step stream
+                return noise.randn(step + 1, event)
             generator = noise.generator(TREE_NOISE_TAG + step * 65_537 + noise.local.start)
             return torch.randn((n, *event), generator=generator)
 
