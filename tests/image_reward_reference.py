@@ -64,8 +64,17 @@ def _install_shims() -> None:
         )
 
 
-def _find_pruneable_heads_and_indices(heads: Any, n_heads: int, head_size: int, already: Any):  # type: ignore[no-untyped-def]
-    raise NotImplementedError("head pruning is not used when scoring")
+def _find_pruneable_heads_and_indices(  # type: ignore[no-untyped-def]
+    heads: Any, n_heads: int, head_size: int, already_pruned: Any
+):
+    """transformers 4.x's helper (removed in 5): the heads still to prune and the indices of the
+    rows of a ``[n_heads * head_size]`` projection that remain."""
+    heads = set(heads) - set(already_pruned)
+    mask = torch.ones(n_heads, head_size)
+    for head in heads:
+        mask[head - sum(1 for h in already_pruned if h < head)] = 0
+    index = torch.arange(mask.numel())[mask.view(-1).eq(1)].long()
+    return heads, index
 
 
 def build_reference(
