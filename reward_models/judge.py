@@ -182,6 +182,7 @@ class ArtifactJudgeReward(RewardModel):
             self.timeout_s,
             self.retries,
             backoff_s=1.0,
+            token_hint="set the key's environment variable with api_key_env",
         )
         try:
             candidates = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]

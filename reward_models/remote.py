@@ -122,6 +122,7 @@ def post_json(
     retries: int,
     backoff_s: float,
     hint: str = "",
+    token_hint: str = "set it with the reward's token or token_env",
 ) -> dict[str, Any]:
     """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts and 502-504
     are retried with exponential back-off; 401 and other refusals raise a ``RewardError`` at
@@ -138,13 +139,17 @@ def post_json(
         request = urllib.request.Request(url, data, headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                return json.loads(reply.read())
+                body = reply.read()
+            try:
+                return json.loads(body)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise RewardError(
+                    f"{url} answered with something that is not JSON: {body[:200]!r}"
+                ) from None
         except urllib.error.HTTPError as err:
             message = _error_message(err)
             if err.code == 401:
-                raise RewardError(
-                    f"{url} rejected the token (set it with the reward's token or token_env)"
-                ) from None
+                raise RewardError(f"{url} rejected the token ({token_hint})") from None
             if err.code not in RETRIED_STATUS:
                 raise RewardError(f"{url} refused the request ({err.code}): {message}") from None
             last_error = f"HTTP {err.code}: {message}"

@@ -40,6 +40,7 @@ class _Job:
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: str | None = None
+    abandoned: bool = False  # its client got a 504: not worth scoring any more
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -59,6 +60,8 @@ class RewardServer:
         host, port: where to listen (port 0: any free port, see ``address``).
         token: shared secret clients must send; required unless ``host`` is a loopback address.
         max_request_bytes: larger request bodies are refused with 413.
+        max_pixels: the most pixels a request's images may hold together once decoded (a small
+            PNG can decode to a huge image); more is refused with 400 before decoding.
         max_batch_size: samples per reward call (merged requests; larger requests are split).
         batch_wait_s: how long the scoring thread waits for more requests to merge.
         request_timeout_s: a request not scored within this gets 504.
@@ -71,6 +74,7 @@ class RewardServer:
         port: int = 8000,
         token: str | None = None,
         max_request_bytes: int = 64 * 2**20,
+        max_pixels: int = 64 * 1024 * 1024,
         max_batch_size: int = 64,
         batch_wait_s: float = 0.01,
         request_timeout_s: float = 300.0,
@@ -85,6 +89,7 @@ class RewardServer:
         self.reward = reward
         self.token = token
         self.max_request_bytes = max_request_bytes
+        self.max_pixels = max_pixels
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.request_timeout_s = request_timeout_s
@@ -126,6 +131,7 @@ class RewardServer:
     def submit(self, job: _Job) -> None:
         self._jobs.put(job)
         if not job.done.wait(self.request_timeout_s):
+            job.abandoned = True
             job.error = f"not scored within {self.request_timeout_s:g} s"
 
     def _score_loop(self) -> None:
@@ -134,6 +140,8 @@ class RewardServer:
             job = pending.pop(0) if pending else self._jobs.get()
             if job is None:
                 return
+            if job.abandoned:  # a retry of it may already be queued
+                continue
             batch, size = [job], len(job)
             deadline = time.monotonic() + self.batch_wait_s
             while size < self.max_batch_size:
@@ -144,6 +152,8 @@ class RewardServer:
                 if other is None:
                     self._jobs.put(None)
                     break
+                if other.abandoned:
+                    continue
                 if other.key() == job.key() and size + len(other) <= self.max_batch_size:
                     batch.append(other)
                     size += len(other)
@@ -205,11 +215,16 @@ class RewardServer:
 def _handler_for(server: RewardServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 60  # seconds a client may take to send its request (socket timeout)
 
         def log_message(self, format: str, *args: Any) -> None:
             del format, args  # quiet: a trainer calls many times a minute
 
         def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+            if status >= 400:
+                # The body of a refused request may be unread: it must not be taken for the
+                # next request of a kept-alive connection.
+                self.close_connection = True
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -243,15 +258,17 @@ def _handler_for(server: RewardServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._reply(HTTPStatus.LENGTH_REQUIRED, {"error": "Content-Length required"})
                 return
+            if length < 0:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": "negative Content-Length"})
+                return
             if length > server.max_request_bytes:
-                self.close_connection = True  # the unread body must not be parsed as a request
                 self._reply(
                     HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                     {"error": f"request of {length} bytes exceeds {server.max_request_bytes}"},
                 )
                 return
             try:
-                job = _parse(self.rfile.read(length))
+                job = _parse(self.rfile.read(length), server.max_pixels)
             except WireError as err:
                 self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
                 return
@@ -266,7 +283,7 @@ def _handler_for(server: RewardServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _parse(body: bytes) -> _Job:
+def _parse(body: bytes, max_pixels: int) -> _Job:
     try:
         request = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -278,7 +295,7 @@ def _parse(body: bytes) -> _Job:
     prompts = request.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise WireError('"prompts" must be a list of strings')
-    outputs = decode_outputs(request.get("outputs"))
+    outputs = decode_outputs(request.get("outputs"), max_pixels)
     if len(outputs) != len(prompts):
         raise WireError(f"{len(outputs)} outputs but {len(prompts)} prompts")
     metadata = request.get("metadata")

@@ -41,8 +41,9 @@ def encode_outputs(outputs: Any) -> dict[str, list[str]]:
     raise WireError(f"outputs must be an image tensor or a list of strings, got {type(outputs)}")
 
 
-def decode_outputs(payload: Any) -> torch.Tensor | list[str]:
-    """Inverse of ``encode_outputs``: float32 images in ``[0, 1]`` or texts."""
+def decode_outputs(payload: Any, max_pixels: int = 64 * 1024 * 1024) -> torch.Tensor | list[str]:
+    """Inverse of ``encode_outputs``: float32 images in ``[0, 1]`` or texts. Images holding more
+    than ``max_pixels`` pixels together are refused from their headers, before decoding."""
     if not isinstance(payload, dict) or len(payload) != 1:
         raise WireError('"outputs" must be {"images": [...]} or {"texts": [...]}')
     if "texts" in payload:
@@ -53,7 +54,8 @@ def decode_outputs(payload: Any) -> torch.Tensor | list[str]:
     images = payload.get("images")
     if not isinstance(images, list) or not images:
         raise WireError('"images" must be a non-empty list of base64 PNG strings')
-    tensors = [_unpng(item, i) for i, item in enumerate(images)]
+    budget = [max_pixels]
+    tensors = [_unpng(item, i, budget) for i, item in enumerate(images)]
     shapes = {tuple(t.shape) for t in tensors}
     if len(shapes) > 1:
         raise WireError(f"images of one request must share a size, got {sorted(shapes)}")
@@ -95,7 +97,7 @@ def _png(image: torch.Tensor) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _unpng(item: Any, index: int) -> torch.Tensor:
+def _unpng(item: Any, index: int, budget: list[int]) -> torch.Tensor:
     import numpy as np
     from PIL import Image
 
@@ -103,9 +105,16 @@ def _unpng(item: Any, index: int) -> torch.Tensor:
         raise WireError(f"image {index} is not a base64 string")
     try:
         picture = Image.open(io.BytesIO(base64.b64decode(item, validate=True)))
-        picture.load()
-    except Exception as err:  # binascii.Error, PIL.UnidentifiedImageError, truncated files
+    except Exception as err:  # binascii.Error, PIL.UnidentifiedImageError
         raise WireError(f"image {index} is not a base64-encoded PNG: {err}") from err
+    width, height = picture.size  # from the header: nothing is decoded yet
+    budget[0] -= width * height
+    if budget[0] < 0:
+        raise WireError(f"image {index} ({width}x{height}) exceeds the request's pixel limit")
+    try:
+        picture.load()
+    except Exception as err:  # truncated or corrupt data
+        raise WireError(f"image {index} is not a valid PNG: {err}") from err
     if picture.mode not in ("L", "RGB"):
         picture = picture.convert("RGB")
     array = np.asarray(picture, dtype=np.uint8)

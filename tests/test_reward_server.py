@@ -259,3 +259,78 @@ def test_cli_serves_a_registered_reward(tmp_path: Path) -> None:
 
 def test_remote_is_registered() -> None:
     assert "remote" in REWARDS
+
+
+def raw_request(address: str, data: bytes) -> bytes:
+    """Send raw bytes over one connection and return everything the server answers."""
+    host, port = address.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as connection:
+        connection.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_negative_length_and_refused_bodies_do_not_leak(color_server) -> None:
+    reply = raw_request(
+        color_server.address,
+        b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nContent-Length: -1\r\n\r\n{}",
+    )
+    assert reply.startswith(b"HTTP/1.1 400") and b"negative Content-Length" in reply
+    # A refused request's unread body is never parsed as a second request on the connection.
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    head = f"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: {len(smuggled)}\r\n\r\n".encode()
+    reply = raw_request(color_server.address, head + smuggled)
+    assert reply.count(b"HTTP/1.1 ") == 1 and reply.startswith(b"HTTP/1.1 401")
+
+
+def test_images_beyond_the_pixel_limit_are_refused_before_decoding() -> None:
+    server = RewardServer(TargetColorReward(), port=0, max_pixels=1000).start()
+    try:
+        body = json.dumps(
+            {"version": 1, "prompts": ["a", "b"], "outputs": encode_outputs(images(2, size=24))}
+        )
+        status, reply = post(server.address, body.encode(), token="")
+    finally:
+        server.shutdown()
+    assert status == 400 and "pixel limit" in reply["error"]  # 2 x 576 pixels > 1000
+
+
+class Counting(RewardModel):
+    name = "counting"
+    calls = 0
+
+    def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
+        Counting.calls += 1
+        time.sleep(0.3)
+        return RewardOutput({self.name: torch.zeros(len(prompts))})
+
+
+def test_requests_that_timed_out_are_not_scored_later() -> None:
+    server = RewardServer(Counting(), port=0, request_timeout_s=0.1, batch_wait_s=0.0).start()
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            RemoteReward(server.address, name="c", retries=0)(["a"], ["p"])
+        except RewardError as err:
+            errors.append(err)
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        time.sleep(0.8)
+    finally:
+        server.shutdown()
+    assert len(errors) == 4 and all("504" in str(e) for e in errors)
+    assert Counting.calls < 4  # the queued ones were dropped once their clients had a 504
