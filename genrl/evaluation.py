@@ -113,7 +113,7 @@ def evaluate(
     With an ``accelerator`` of several processes, chunk ``k`` of ``batch_size`` samples is made
     and scored by process ``k % N`` and the results are exchanged, so every process returns the
     one-process result (each chunk's randomness depends on its sample indices only) in about
-    ``1 / N`` of the time.
+    ``1 / N`` of the time (not under FSDP or DeepSpeed, whose forwards need every process).
     """
     if outputs_fn is None:
         outputs_fn = flow_outputs(
@@ -154,6 +154,11 @@ def evaluate(
 
 
 def _process_layout(accelerator: Any) -> tuple[int, int]:
+    """(this process's index, processes sharing the chunks). Sharded models (FSDP, DeepSpeed)
+    gather parameters from every process in each forward, so there every process runs every
+    chunk in step (a process with fewer chunks would wait for the others forever)."""
     if accelerator is None or accelerator.num_processes == 1:
+        return 0, 1
+    if str(getattr(accelerator, "distributed_type", "")).upper().endswith(("FSDP", "DEEPSPEED")):
         return 0, 1
     return accelerator.process_index, accelerator.num_processes

@@ -268,14 +268,19 @@ class DinoAdversarialReward(RewardModel):
     def head(self) -> nn.Module:
         return self._head_and_optimizer()[0]
 
-    def tokens(self, images: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
-        """``[B, 1 + K, D]``: the CLS token and ``K`` patch tokens drawn from ``generator``."""
+    def tokens(
+        self, images: torch.Tensor | list[torch.Tensor], generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``[B, 1 + K, D]``: the CLS token and ``K`` patch tokens drawn from ``generator``
+        (default: the reward's own stream, which ``update`` advances in step on every
+        process)."""
+        generator = generator or self.generator
         if isinstance(images, torch.Tensor):
             cls, patches = self.backbone.features(images)
         else:
             cls, patches = _features_of(self.backbone, images)
         k = min(self.num_patches, patches.shape[1])
-        picks = torch.rand(patches.shape[:2], generator=self.generator).argsort(dim=1)[:, :k]
+        picks = torch.rand(patches.shape[:2], generator=generator).argsort(dim=1)[:, :k]
         chosen = patches.gather(
             1, picks.to(patches.device)[..., None].expand(-1, -1, patches.shape[2])
         )
@@ -292,7 +297,10 @@ class DinoAdversarialReward(RewardModel):
         self, outputs: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
         del prompts, metadata
-        tokens = self.tokens(outputs)
+        # Scoring draws its patches from a fixed stream of its own: a score depends on the
+        # images alone, and evaluation (different chunks on different processes) cannot move
+        # the stream that keeps the processes' updates, hence their heads, identical.
+        tokens = self.tokens(outputs, torch.Generator().manual_seed(self.seed + 104_729))
         with torch.no_grad():
             return RewardOutput({self.name: self.discriminate(tokens).cpu()})
 

@@ -165,3 +165,22 @@ def test_adversarial_score_weights_cls_and_patches_by_hand(tmp_path: Path, dino:
     tokens = torch.zeros(1, 3, 32)
     tokens[0, :, 0] = torch.tensor([1.0, 2.0, 4.0])  # CLS 1, patches 2 and 4
     assert float(reward.discriminate(tokens)) == pytest.approx(0.7 * 1 + 0.3 * 3)
+
+
+def test_scoring_does_not_move_the_update_stream(tmp_path: Path, dino: Path) -> None:
+    """Two processes that score different numbers of evaluation chunks keep identical heads."""
+    write_images(tmp_path / "reals", pictures(4, 12))
+    options = dict(references=str(tmp_path / "reals"), model=str(dino), num_patches=4)
+    first, second = (build_reward("dino_adversarial", **options) for _ in range(2))
+    first(pictures(5, 13), ["p"] * 5)  # this process scored one chunk more
+    first(pictures(3, 14), ["p"] * 3)
+    second(pictures(3, 14), ["p"] * 3)
+    fakes = pictures(4, 15)
+    assert first.update(fakes, ["p"] * 4) == second.update(fakes, ["p"] * 4)
+    for a, b in zip(first.head.parameters(), second.head.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # And a score depends on the images only.
+    assert torch.equal(
+        first(fakes, ["p"] * 4).scores["dino_adversarial"],
+        second(fakes, ["p"] * 4).scores["dino_adversarial"],
+    )

@@ -371,3 +371,19 @@ def test_evaluation_is_shared_out_over_processes(tmp_path: Path) -> None:
         assert result["reward"] == pytest.approx(single.reward, abs=1e-6)
         assert result["scores"] == pytest.approx(single.scores, abs=1e-6)
         torch.testing.assert_close(result["outputs"], single.outputs, atol=1e-6, rtol=0)
+
+
+def test_sharded_models_evaluate_every_chunk_on_every_process() -> None:
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from genrl.evaluation import _process_layout
+
+    ddp = SimpleNamespace(
+        num_processes=4, process_index=2, distributed_type=DistributedType.MULTI_GPU
+    )
+    fsdp = SimpleNamespace(num_processes=4, process_index=2, distributed_type=DistributedType.FSDP)
+    assert _process_layout(ddp) == (2, 4)
+    assert _process_layout(fsdp) == (0, 1)  # all processes run all chunks together
+    assert _process_layout(None) == (0, 1)
