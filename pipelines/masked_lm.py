@@ -11,6 +11,7 @@ Layout of a batch: prompts left-padded to ``P`` tokens, then ``L`` completion to
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ class MaskedLMPolicy(TransformersPolicy):
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
         disable_dropout(model)
+        self._takes_position_ids = "position_ids" in inspect.signature(model.forward).parameters
         self.network: nn.Module = model.requires_grad_(False)
         self.module = self.network
         # Where an answer ends: end-of-sequence ids of the generation config and tokenizer,
@@ -96,8 +98,13 @@ class MaskedLMPolicy(TransformersPolicy):
         return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``[B, P + L, V]`` logits of the active (or reference) model."""
-        out = self._active_module()(input_ids=input_ids, attention_mask=attention_mask)
+        """``[B, P + L, V]`` logits of the active (or reference) model. Positions count real
+        tokens only, so that left padding (prompts of different lengths, batches concatenated by
+        dynamic sampling) does not move a model with absolute position embeddings (BERT)."""
+        kwargs = {}
+        if self._takes_position_ids:
+            kwargs["position_ids"] = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+        out = self._active_module()(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return out.logits
 
     @torch.no_grad()

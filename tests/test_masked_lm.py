@@ -306,3 +306,27 @@ def test_a_tokenizer_without_a_mask_token_needs_mask_token_id(
         build_policy("masked_lm", model=model, tokenizer=tokenizer, mask_token_id=1).mask_token_id
         == 1
     )
+
+
+def test_left_padding_does_not_move_bert_log_probs(tmp_path: Path) -> None:
+    """A BERT (absolute positions) scores a prompt the same with extra left padding, as
+    dynamic sampling's concatenation adds."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32)  # fmt: skip
+    tokenizer_dir = save_tiny_dllm(tmp_path / "tok")
+    from transformers import AutoTokenizer
+
+    policy = build_policy(
+        "masked_lm", model=BertForMaskedLM(config).eval(),
+        tokenizer=AutoTokenizer.from_pretrained(str(tokenizer_dir)),
+    )  # fmt: skip
+    ids = torch.tensor([[5, 6, 7, 1, 1, 9]])
+    targets = torch.tensor([[8, 9]])
+    plain = policy.token_log_probs(ids, torch.ones_like(ids), targets, 4)
+    padded_ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), ids], dim=1)
+    mask = torch.cat([torch.zeros(1, 2, dtype=torch.long), torch.ones_like(ids)], dim=1)
+    padded = policy.token_log_probs(padded_ids, mask, targets, 6)
+    torch.testing.assert_close(padded, plain, atol=1e-5, rtol=0)
