@@ -161,3 +161,25 @@ def test_a_tree_without_splits_is_the_flow_grpo_rollout(tmp_path: Path) -> None:
         torch.testing.assert_close(
             tree.log_probs[t], flow.rollout.log_probs[:, t], rtol=0, atol=1e-6
         )
+
+
+def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
+    """Tree 3 of 4 collected with all four trees (one process) or as part of the second half
+    (the second of two processes): same leaves and log-probs."""
+    from genrl.algorithms.base import RolloutNoise
+    from genrl.groups import expand_groups
+
+    trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "run")
+    prompts, group_ids = expand_groups(trainer.prompts.sample(4, 0, 0), 4)
+
+    def collect(local: slice):  # type: ignore[no-untyped-def]
+        noise = RolloutNoise(0, 0, 16, local)
+        return trainer.algorithm.collect(trainer.policy, prompts[local], group_ids[local], noise)
+
+    whole, half = collect(slice(0, 16)), collect(slice(8, 16))
+    # Equal up to float rounding of different batch sizes (a different noise would differ by O(1)).
+    torch.testing.assert_close(half.leaves[4:8], whole.leaves[12:16], rtol=0, atol=1e-5)
+    # Step 1 has 4 edges per tree: tree 3's are edges 12-15 of all, 4-7 of the second half.
+    torch.testing.assert_close(
+        half.tree.log_probs[1][4:8], whole.tree.log_probs[1][12:16], rtol=0, atol=1e-5
+    )

@@ -188,8 +188,18 @@ class BranchGRPO(FlowGRPO):
         def draws(step: int, n: int, event: tuple[int, ...]) -> torch.Tensor:
             if n == noise.num_local:  # one edge per sample: Flow-GRPO's per-step stream
                 return noise.randn(step + 1, event)
-            generator = noise.generator(TREE_NOISE_TAG + step * 65_537 + noise.local.start)
-            return torch.randn((n, *event), generator=generator)
+            # One stream per tree, keyed by its group id: a tree grows the same on any number
+            # of processes (edges are tree-major).
+            per_tree = n // len(roots)
+            return torch.cat(
+                [
+                    torch.randn(
+                        (per_tree, *event),
+                        generator=noise.generator(TREE_NOISE_TAG + step * 100_003 + 7 * int(g)),
+                    )
+                    for g in roots.tolist()
+                ]
+            )
 
         tree = self.tree_sampler.rollout(velocity, initial, draws, self.config.max_batch)
         return TreeTrajectories(
