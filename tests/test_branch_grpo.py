@@ -183,3 +183,29 @@ def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
     torch.testing.assert_close(
         half.tree.log_probs[1][4:8], whole.tree.log_probs[1][12:16], rtol=0, atol=1e-5
     )
+
+
+def test_sliding_depth_pruning_window_by_hand(tmp_path: Path) -> None:
+    """Prune step 3, slide one step earlier every iteration, never before step 1."""
+    from genrl.algorithms.base import RolloutNoise
+
+    config = tiny_config(
+        tmp_path, *TREE, "algorithm.depth_pruning=[3]", "algorithm.depth_pruning_slide_every=1",
+        "algorithm.depth_pruning_stop=1",
+    )  # fmt: skip
+    algorithm = config.algorithm
+    assert [algorithm.pruned_depths(i) for i in range(4)] == [[3], [2], [1], [1]]
+    assert algorithm.trained_steps(4, iteration=1) == [0, 1, 3]
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    for iteration, expected in ((0, {0, 1, 2}), (2, {0, 2, 3})):
+        noise = RolloutNoise(0, iteration, 16, slice(0, 16))
+        units = trainer.algorithm.training_units(batch.rollout, noise)
+        assert set(units.timestep_index.tolist()) == expected
+    # Without sliding the window stays; the default stop is the last split step.
+    static = tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[2, 3]").algorithm
+    assert static.pruned_depths(50) == [2, 3]
+    slid = tiny_config(
+        tmp_path, *TREE, "algorithm.depth_pruning=[2, 3]", "algorithm.depth_pruning_slide_every=1"
+    )
+    assert slid.algorithm.pruned_depths(50) == [1, 2]  # the last split step is 1

@@ -10,7 +10,8 @@ transition with the core clipped surrogate (and the same optional KL); split edg
 under the split sampler, the density they were drawn from.
 
 Pruning changes what is trained, never the rollout: ``train_steps`` picks depths (all trainable
-ones by default), ``width_pruning="sibling_top"`` keeps, at each split, the ``width_keep``
+ones by default), ``depth_pruning`` leaves some out (optionally a window that slides earlier
+during training, as the reference does), ``width_pruning="sibling_top"`` keeps, at each split, the ``width_keep``
 fraction of every sibling group with the largest ``|advantage|``, ``"best_worst"`` the edges on
 the paths to each tree's best and worst leaf, and ODE steps (``ode_steps``, the Mix variant) are
 never trained. A depth-wise advantage is unchanged by an affine map of a
@@ -53,6 +54,14 @@ class BranchGRPOConfig(FlowGRPOConfig):
     """Edge value: mean of the leaves below, or weighted by the paths' probabilities."""
     train_steps: list[int] | None = None
     """Depth pruning: the steps whose edges are trained; None = every stochastic step."""
+    depth_pruning: list[int] = field(default_factory=list)
+    """Depth pruning as in the reference: steps left out of training (e.g. the last ones)."""
+    depth_pruning_slide_every: int = 0
+    """Slide the ``depth_pruning`` window one step earlier every this many iterations
+    (0: fixed), until its first step reaches ``depth_pruning_stop``. The learning-rate schedule
+    is planned with the first iteration's number of trained edges."""
+    depth_pruning_stop: int | None = None
+    """Earliest step the sliding window may reach; None = the last split step."""
     width_pruning: Literal["none", "sibling_top", "best_worst"] = "none"
     """Width pruning: ``sibling_top`` keeps, at split steps, each sibling group's top
     ``width_keep`` by |A|; ``best_worst`` keeps, at every trained step, the edges on the paths to
@@ -93,18 +102,37 @@ class BranchGRPOConfig(FlowGRPOConfig):
             raise ConfigError(
                 "branch_grpo trains whole trees: train.dynamic_sampling is not supported"
             )
+        if self.depth_pruning_slide_every < 0:
+            raise ConfigError("algorithm.depth_pruning_slide_every must be >= 0")
         trained = self.trained_steps(s.num_steps)
         if not trained:
             raise ConfigError(
                 "branch_grpo: no step left to train (check train_steps and ode_steps)"
             )
 
-    def trained_steps(self, num_steps: int) -> list[int]:
+    def trained_steps(self, num_steps: int, iteration: int = 0) -> list[int]:
+        """The steps trained at ``iteration``: ``train_steps`` (or all) minus ODE steps and the
+        depth-pruning window as slid by then."""
         steps = range(num_steps) if self.train_steps is None else self.train_steps
-        bad = [s for s in steps if not 0 <= s < num_steps]
+        bad = [s for s in [*steps, *self.depth_pruning] if not 0 <= s < num_steps]
         if bad:
-            raise ConfigError(f"algorithm.train_steps {bad} outside [0, {num_steps})")
-        return [s for s in steps if s not in self.ode_steps]
+            raise ConfigError(
+                f"algorithm.train_steps / depth_pruning {bad} outside [0, {num_steps})"
+            )
+        pruned = set(self.pruned_depths(iteration))
+        return [s for s in steps if s not in self.ode_steps and s not in pruned]
+
+    def pruned_depths(self, iteration: int) -> list[int]:
+        """``depth_pruning`` shifted ``iteration // depth_pruning_slide_every`` steps earlier, the
+        shift capped so that the window starts no earlier than ``depth_pruning_stop``."""
+        if not self.depth_pruning or not self.depth_pruning_slide_every:
+            return sorted(self.depth_pruning)
+        window = sorted(self.depth_pruning)
+        stop = self.depth_pruning_stop
+        if stop is None:
+            stop = max(self.split_steps) if self.split_steps else 0
+        shift = min(iteration // self.depth_pruning_slide_every, max(0, window[0] - stop))
+        return [d - shift for d in window]
 
 
 @dataclass
@@ -143,7 +171,7 @@ class BranchGRPO(FlowGRPO):
         split = sampler_cls(sigmas, split_level, log_prob_reduction=s.log_prob_reduction)
         self.schedule = c.schedule(s.num_steps)
         self.tree_sampler = TreeSampler(self.schedule, base, split, FlowODESampler(sigmas))
-        self.trained = c.trained_steps(s.num_steps)
+        self.trained = c.trained_steps(s.num_steps)  # at the first iteration (for planning)
 
     @property
     def sampler(self) -> Any:
@@ -223,7 +251,6 @@ class BranchGRPO(FlowGRPO):
         return group_advantages(rewards, group_ids, std_mode=self.config.std_mode)
 
     def training_units(self, rollout: TreeTrajectories, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
-        del noise
         tree, schedule = rollout.tree, self.schedule
         num_trees = len(rollout.prompts) // schedule.num_leaves
         leaf_values = rollout.advantages.float().cpu().view(num_trees, schedule.num_leaves)
@@ -239,7 +266,8 @@ class BranchGRPO(FlowGRPO):
         }
         device = tree.states[0].device
         best_worst = torch.stack([leaf_values.argmax(1), leaf_values.argmin(1)], dim=1)  # [R, 2]
-        for t in self.trained:
+        trained = self.config.trained_steps(schedule.num_steps, noise.iteration)
+        for t in trained:
             advantage = depth_advantages[t]  # [R, E_t]
             if self.config.width_pruning == "best_worst":
                 # The edge of step t on the path to leaf l is l // (leaves per edge).
