@@ -10,10 +10,10 @@ A store is a directory:
 An append writes its shard to a temporary file, fsyncs it, renames it into place (atomic), and only
 then appends the index line that lists its groups (one write, fsynced). An append is all or
 nothing: a process killed at any point leaves either the whole append (shard renamed and index
-line written) or nothing that counts: on open,
-temporary files are removed, a torn last index line is cut off, and shards no index line names are
-deleted. So a writer that resumes after an interruption continues from the last complete group,
-with nothing lost or written twice, and group ids stay consecutive.
+line written) or nothing that counts. On open, temporary files are removed, a torn last index line
+is cut off, and shards that no index line names are deleted. So a writer that resumes after an
+interruption continues from the last complete append, with nothing lost or written twice, and
+group ids stay consecutive.
 """
 
 from __future__ import annotations
