@@ -92,23 +92,12 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
             reward = build_reward("hps", **build_tiny_hps(root / "hps"))
         return reward, images(batch, 3, 512 if big else 64), nothing
     if name == "image_reward":
-        import importlib.util
+        from image_reward_reference import build_reference, package_available
 
-        if importlib.util.find_spec("ImageReward") is None:
+        if not package_available():
             raise SkipSize("needs: pip install --no-deps image-reward==1.5")
-        from image_reward_reference import build_reference
-
-        tokenizer = root / "bert"
-        tokenizer.mkdir(parents=True, exist_ok=True)
-        (tokenizer / "vocab.txt").write_text(
-            "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
-        )
-        _, checkpoint, med = build_reference(root / "image_reward", tokenizer, realistic=big)
-        reward = build_reward(
-            "image_reward", checkpoint=str(checkpoint), med_config=str(med),
-            tokenizer=str(tokenizer), vision_num_heads=16 if big else 2,
-        )  # fmt: skip
-        return reward, images(batch, 3, 512 if big else 64), nothing
+        _, kwargs = build_reference(root / "image_reward", realistic=big)
+        return build_reward("image_reward", **kwargs), images(batch, 3, 512 if big else 64), nothing
     if name == "artifact_judge":
         if big:
             raise SkipSize("a realistic VLM (7B) does not fit this CPU; use a GPU or an endpoint")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,6 +84,19 @@ class RewardModel(abc.ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+def local_or_hub_file(path: str | None, repo: str, filename: str, reward: str) -> Path:
+    """``path`` when given (it must exist), else ``filename`` of the hub repository ``repo``
+    (downloaded once into the Hugging Face cache)."""
+    if path is not None:
+        local = Path(path)
+        if not local.is_file():
+            raise FileNotFoundError(f"{reward}: {local} not found")
+        return local
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(repo, filename))
 
 
 def _batch_len(outputs: Any) -> int:

@@ -13,30 +13,15 @@ differentiable.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from reward_models.base import RewardModel, RewardOutput
+from reward_models.base import RewardModel, RewardOutput, local_or_hub_file
 from reward_models.vision import ImagePreprocess
 
 HUB_REPO = "xswu/HPSv2"
 CHECKPOINTS = {"v2.1": "HPS_v2.1_compressed.pt", "v2.0": "HPS_v2_compressed.pt"}
-
-
-def resolve_checkpoint(checkpoint: str | None, version: str) -> Path:
-    """A local file, or the version's file from the hub repository (cached)."""
-    if checkpoint is not None:
-        path = Path(checkpoint)
-        if not path.is_file():
-            raise FileNotFoundError(f"HPS checkpoint {path} not found")
-        return path
-    if version not in CHECKPOINTS:
-        raise ValueError(f"hps: version must be one of {sorted(CHECKPOINTS)}, got {version!r}")
-    from huggingface_hub import hf_hub_download
-
-    return Path(hf_hub_download(HUB_REPO, CHECKPOINTS[version]))
 
 
 class HPSReward(RewardModel):
@@ -73,7 +58,12 @@ class HPSReward(RewardModel):
 
             if self.model_config is not None:
                 open_clip.add_model_config(self.model_config)
-            path = resolve_checkpoint(self.checkpoint, self.version)
+            if self.version not in CHECKPOINTS:
+                raise ValueError(
+                    f"hps: version must be one of {sorted(CHECKPOINTS)}, got {self.version!r}"
+                )
+            filename = CHECKPOINTS[self.version]
+            path = local_or_hub_file(self.checkpoint, HUB_REPO, filename, "hps")
             model = open_clip.create_model(
                 self.architecture, pretrained=None, precision=self.precision, device=self.device
             )

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from reward_models.aesthetic import AestheticMLP
-from reward_models.base import RewardModel, RewardOutput
+from reward_models.base import RewardModel, RewardOutput, local_or_hub_file
 from reward_models.vision import ImagePreprocess
 
 HUB_REPO = "THUDM/ImageReward"
@@ -112,18 +111,6 @@ def text_config_from(med_config: dict[str, Any], vocab_size: int, encoder_width:
     )
 
 
-def _fetch(name: str | None, default: str) -> Path:
-    """A local file, or ``default`` from the ImageReward hub repository (cached)."""
-    if name is not None:
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"image_reward: {path} not found")
-        return path
-    from huggingface_hub import hf_hub_download
-
-    return Path(hf_hub_download(HUB_REPO, default))
-
-
 class ImageRewardModel(torch.nn.Module):
     """BLIP image encoder + cross-attending text encoder + MLP (scores normalised)."""
 
@@ -177,9 +164,15 @@ class ImageReward(RewardModel):
             from transformers import BertTokenizer, BlipTextModel, BlipVisionModel
 
             state = torch.load(
-                _fetch(self.checkpoint, "ImageReward.pt"), map_location="cpu", weights_only=True
+                local_or_hub_file(self.checkpoint, HUB_REPO, "ImageReward.pt", self.name),
+                map_location="cpu",
+                weights_only=True,
             )
-            med = json.loads(_fetch(self.med_config, "med_config.json").read_text())
+            med = json.loads(
+                local_or_hub_file(
+                    self.med_config, HUB_REPO, "med_config.json", self.name
+                ).read_text()
+            )
             vision_state, text_state, mlp_state = split_checkpoint(state)
             vision = BlipVisionModel(
                 vision_config_from(vision_state, self.vision_num_heads, eps=1e-6)

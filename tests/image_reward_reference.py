@@ -77,15 +77,28 @@ def _find_pruneable_heads_and_indices(  # type: ignore[no-untyped-def]
     return heads, index
 
 
-def build_reference(
-    directory: Path, tokenizer_dir: Path, realistic: bool = False
-) -> tuple[Any, Path, Path]:
-    """A random ImageReward built by the package itself, with the test tokenizer. Tiny: ViT
-    32 px / patch 8 / width 32 / depth 2 / 2 heads and a one-layer text encoder of width 768
-    (the package's MLP input). ``realistic``: the released sizes (ViT-L/16 at 224 px, a
-    12-layer BERT-base with cross-attention). Returns ``(model, checkpoint, med_config)``."""
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "cat", "blue", "dog", "photo"]
+WORDS += ["of", "the"]
+
+
+def package_available() -> bool:
+    """Whether the ``image-reward`` package is installed (found without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ImageReward") is not None
+
+
+def build_reference(directory: Path, realistic: bool = False) -> tuple[Any, dict[str, Any]]:
+    """A random ImageReward built by the package itself, with a word-level BERT tokenizer
+    (``WORDS``). Tiny: ViT 32 px / patch 8 / width 32 / depth 2 / 2 heads and a one-layer text
+    encoder of width 768 (the package's MLP input). ``realistic``: the released sizes (ViT-L/16
+    at 224 px, a 12-layer BERT-base with cross-attention). Returns the package's model and the
+    ``image_reward`` reward's keyword arguments for the saved checkpoint."""
     import json
 
+    tokenizer_dir = directory / "tokenizer"
+    tokenizer_dir.mkdir(parents=True, exist_ok=True)
+    (tokenizer_dir / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     _install_shims()
     from ImageReward import ImageReward as package  # the module ImageReward/ImageReward.py
     from ImageReward.models.BLIP import blip_pretrain, med
@@ -128,7 +141,6 @@ def build_reference(
         "initializer_range": 0.02, "pad_token_id": 0, "add_type_embeddings": False,
         "encoder_width": width, "add_cross_attention": True,
     }  # fmt: skip
-    directory.mkdir(parents=True, exist_ok=True)
     med_path = directory / "med_config.json"
     med_path.write_text(json.dumps(med))
     torch.manual_seed(0)
@@ -137,4 +149,9 @@ def build_reference(
         model.preprocess = package._transform(32)  # the tiny ViT's resolution
     checkpoint = directory / "ImageReward.pt"
     torch.save(model.state_dict(), checkpoint)
-    return model, checkpoint, med_path
+    return model, {
+        "checkpoint": str(checkpoint),
+        "med_config": str(med_path),
+        "tokenizer": str(tokenizer_dir),
+        "vision_num_heads": 16 if realistic else 2,
+    }

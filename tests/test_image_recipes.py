@@ -19,23 +19,11 @@ BUILDERS = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}
 
 def tiny_image_reward(directory: Path) -> dict[str, object]:
     """A tiny ImageReward checkpoint built by the ``image-reward`` package (the reference)."""
-    import importlib.util
+    from image_reward_reference import build_reference, package_available
 
-    if importlib.util.find_spec("ImageReward") is None:
+    if not package_available():
         pytest.skip("needs: pip install --no-deps image-reward==1.5")
-    from image_reward_reference import build_reference
-    from test_image_reward import WORDS
-
-    tokenizer = directory / "tokenizer"
-    tokenizer.mkdir(parents=True)
-    (tokenizer / "vocab.txt").write_text("\n".join(WORDS) + "\n")
-    _, checkpoint, med_config = build_reference(directory, tokenizer)
-    return {
-        "checkpoint": str(checkpoint),
-        "med_config": str(med_config),
-        "tokenizer": str(tokenizer),
-        "vision_num_heads": 2,
-    }
+    return build_reference(directory)[1]
 
 
 @pytest.mark.parametrize("name", list(IMAGE_RECIPES))

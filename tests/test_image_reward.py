@@ -4,36 +4,22 @@ tiny random ImageReward is built by the package (under the shims of
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from image_reward_reference import build_reference, package_available
 
 from reward_models import build_reward
 
 PROMPTS = ["a red cat", "a photo of the blue dog", "a red cat"]
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "cat", "blue", "dog", "photo"]
-WORDS += ["of", "the"]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    if importlib.util.find_spec("ImageReward") is None:  # imported only after its shims
+    if not package_available():  # imported only after its shims
         pytest.skip("the reference needs: pip install --no-deps image-reward==1.5")
-    from image_reward_reference import build_reference
-
-    directory = tmp_path_factory.mktemp("image_reward")
-    tokenizer_dir = directory / "tokenizer"
-    tokenizer_dir.mkdir()
-    (tokenizer_dir / "vocab.txt").write_text("\n".join(WORDS) + "\n")
-    model, checkpoint, med_config = build_reference(directory, tokenizer_dir)
-    kwargs = {
-        "checkpoint": str(checkpoint),
-        "med_config": str(med_config),
-        "tokenizer": str(tokenizer_dir),
-        "vision_num_heads": 2,
-    }
+    model, kwargs = build_reference(tmp_path_factory.mktemp("image_reward"))
     return {"model": model, "kwargs": kwargs}
 
 

@@ -29,10 +29,9 @@ import torch
 from genrl.advantages import clip_advantages, depthwise_advantages, group_advantages, tree_values
 from genrl.algorithms.base import RolloutNoise, register_algorithm
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.losses import gaussian_mean_kl
 from genrl.overrides import ConfigError
 from genrl.rollout import Batch, FlowTransitions, SharedRows
-from samplers import SAMPLERS, FlowODESampler
+from samplers import SAMPLERS, FlowODESampler, StepOutput
 from samplers.tree import TreeRollout, TreeSampler, TreeSchedule
 
 TREE_NOISE_TAG = 50_000
@@ -306,47 +305,28 @@ class BranchGRPO(FlowGRPO):
         mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, top, True)
         return mask.view(num_trees, edges)
 
-    def loss(
-        self, policy: Any, minibatch: FlowTransitions
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Flow-GRPO's loss with each edge re-scored under the sampler that drew it."""
-        mb = minibatch
-        guidance = self.guidance_scale if self.config.cfg_in_training else 1.0
-        sigma = self.sampler.sigmas.to(mb.sample.device)[mb.timestep_index]
-        v = policy.velocity(mb.sample, sigma, mb.condition, guidance)
+    def rescore(self, velocity: torch.Tensor, mb: FlowTransitions) -> Any:
+        """Flow-GRPO's loss re-scores each edge here: under the split sampler at split steps
+        (the density the children were drawn from), under the step sampler elsewhere."""
         base = self.tree_sampler.sampler.step(
-            v, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
+            velocity, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
         )
         split_steps = torch.tensor(
             self.schedule.split_steps, device=mb.sample.device, dtype=torch.long
         )
         is_split = torch.isin(mb.timestep_index, split_steps)
-        log_prob, mean, std = base.log_prob, base.mean, base.std
-        if bool(is_split.any()):
-            split = self.tree_sampler.split_sampler.step(
-                v, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
-            )
-            log_prob = torch.where(is_split, split.log_prob, base.log_prob)
-            std = torch.where(is_split, split.std, base.std)
-            mean = torch.where(is_split.view(-1, *[1] * (mean.ndim - 1)), split.mean, base.mean)
-        loss, metrics = self.surrogate(log_prob, mb.old_log_probs, mb.advantages)
-        metrics["policy_loss"] = float(loss.detach())
-        if self.config.kl_beta > 0:
-            with torch.no_grad(), policy.reference():
-                v_ref = policy.velocity(mb.sample, sigma, mb.condition, guidance)
-            ref_mean = torch.where(
-                is_split.view(-1, *[1] * (mean.ndim - 1)),
-                self.tree_sampler.split_sampler.step(
-                    v_ref, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
-                ).mean,
-                self.tree_sampler.sampler.step(
-                    v_ref, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
-                ).mean,
-            )
-            kl = gaussian_mean_kl(mean, ref_mean, std, self.sampler.log_prob_reduction).mean()
-            loss = loss + self.config.kl_beta * kl
-            metrics["kl"] = float(kl.detach())
-        return loss, metrics
+        if not bool(is_split.any()):
+            return base
+        split = self.tree_sampler.split_sampler.step(
+            velocity, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
+        )
+        rows = is_split.view(-1, *[1] * (base.mean.ndim - 1))
+        return StepOutput(
+            prev_sample=base.prev_sample,
+            log_prob=torch.where(is_split, split.log_prob, base.log_prob),
+            mean=torch.where(rows, split.mean, base.mean),
+            std=torch.where(is_split, split.std, base.std),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -194,20 +194,22 @@ class FlowGRPO(Algorithm):
         guidance = self.guidance_scale if self.config.cfg_in_training else 1.0
         sigma = self.sampler.sigmas.to(mb.sample.device)[mb.timestep_index]
         v = policy.velocity(mb.sample, sigma, mb.condition, guidance)
-        out = self.sampler.step(v, mb.timestep_index, mb.sample, prev_sample=mb.next_sample)
+        out = self.rescore(v, mb)
         loss, metrics = self.surrogate(out.log_prob, mb.old_log_probs, mb.advantages)
         metrics["policy_loss"] = float(loss.detach())
         if self.config.kl_beta > 0:
             with torch.no_grad(), policy.reference():
                 v_ref = policy.velocity(mb.sample, sigma, mb.condition, guidance)
-            ref_mean = self.sampler.step(
-                v_ref, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
-            ).mean
+            ref_mean = self.rescore(v_ref, mb).mean
             kl = gaussian_mean_kl(out.mean, ref_mean, out.std, self.sampler.log_prob_reduction)
             kl = kl.mean()
             loss = loss + self.config.kl_beta * kl
             metrics["kl"] = float(kl.detach())
         return loss, metrics
+
+    def rescore(self, velocity: torch.Tensor, mb: FlowTransitions) -> Any:
+        """The step output of each transition under the density it was drawn from."""
+        return self.sampler.step(velocity, mb.timestep_index, mb.sample, prev_sample=mb.next_sample)
 
     def state_dict(self) -> dict[str, Any]:
         return {"tracker": self.tracker.state_dict()}
