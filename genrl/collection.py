@@ -77,11 +77,24 @@ class BatchCollector:
         self.prompts = prompts
         self.local = local
         self.num_global = config.train.prompts_per_iteration * config.train.group_size
+        self.offline = None
+        if config.train.offline_store:
+            from genrl.offline import OfflineSource
+
+            self.offline = OfflineSource(config, accelerator)
+
+    def fill_offline_store(self) -> int:
+        """Sample and score the groups the offline store still lacks (none without a store)."""
+        if self.offline is None:
+            return 0
+        return self.offline.fill(self.policy, self.algorithm, self.reward, self.prompts, self.local)
 
     def collect(self, iteration: int) -> CollectedBatch:
         """The iteration's batch; with ``train.dynamic_sampling``, refill rounds until enough
         groups have varied rewards."""
         t = self.config.train
+        if self.offline is not None:
+            return self.read_offline(iteration)
         if not t.dynamic_sampling:
             return self.collect_round(iteration, 0)
         num_processes = self.accelerator.num_processes
@@ -173,6 +186,45 @@ class BatchCollector:
             advantages=advantages,
             timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
             extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
+        )
+
+    def read_offline(self, iteration: int) -> CollectedBatch:
+        """Phases 1-4 from the offline store: its groups, samples and recorded scores."""
+        assert self.offline is not None
+        cfg = self.config
+        t_start = time.perf_counter()
+        local_prompts, samples, scores, global_prompts = self.offline.read(
+            iteration, self.local, self.reward.name
+        )
+        _, global_group_ids = expand_groups(
+            global_prompts[:: cfg.train.group_size], cfg.train.group_size
+        )
+        with torch.no_grad(), self.accelerator.autocast():
+            condition = self.policy.encode_prompts(local_prompts)
+        rollout = self.algorithm.rollout_from_samples(
+            local_prompts,
+            global_group_ids[self.local].to(self.policy.device),
+            condition,
+            samples.to(self.policy.device),
+        )
+        t_read = time.perf_counter()
+        rewards = scores[self.reward.name]
+        if cfg.reward_aggregation == "normalize_then_sum":
+            weights = {model.name: weight for model, weight in self.reward.rewards}
+            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
+        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
+        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        noise = RolloutNoise(
+            cfg.seed, iteration, self.num_global, self.local, cfg.train.noise_layout
+        )
+        return CollectedBatch(
+            rollout=rollout,
+            noise=noise,
+            scores=scores,
+            group_ids=global_group_ids,
+            advantages=advantages,
+            timings={"rollout_s": t_read - t_start, "reward_s": 0.0},
+            extra_metrics={"offline/epoch": self.offline.epoch(iteration + 1)},
         )
 
 

@@ -147,6 +147,14 @@ class TrainLoopConfig:
     dynamic_sampling_metric: str = ""
     """Score whose within-group spread decides, e.g. ``countdown/accuracy`` (DAPO filters on
     accuracy); empty: the combined reward."""
+    offline_store: str = ""
+    """Directory of an offline rollout store (``genrl/offline.py``); when set, iterations train
+    on groups read from it instead of sampling (algorithms that support it: GDRO), with the
+    rewards recorded when the groups were sampled."""
+    offline_groups: int = 0
+    """Groups the offline store must hold (rounded up to whole ``prompts_per_iteration``
+    batches); missing ones are sampled by the reference policy and scored before training,
+    resumably. 0: train on what the store holds."""
     noise_layout: Literal["global", "local"] = "global"
     """``global``: each process draws the whole batch's noise and keeps its slice, so N processes
     reproduce a one-process run; ``local``: each draws only its own (cheaper at large scale)."""
@@ -357,6 +365,29 @@ class TrainConfig:
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
             )
         self.algorithm.validate(self)
+        if t.offline_store or t.offline_groups:
+            self._validate_offline(num_processes)
+
+    def _validate_offline(self, num_processes: int) -> None:
+        t = self.train
+        if not t.offline_store:
+            raise ConfigError("train.offline_groups needs train.offline_store (a directory)")
+        if not getattr(ALGORITHMS[self.algorithm.name], "supports_offline", False):
+            offline = [n for n, c in ALGORITHMS.items() if getattr(c, "supports_offline", False)]
+            raise ConfigError(
+                f"algorithm {self.algorithm.name!r} trains on its own rollouts and cannot read "
+                f"an offline store; algorithms that can: {', '.join(offline)}"
+            )
+        if t.offline_groups < 0:
+            raise ConfigError(f"train.offline_groups must be >= 0, got {t.offline_groups}")
+        if t.dynamic_sampling:
+            raise ConfigError("train.dynamic_sampling samples anew; it cannot read a store")
+        if t.prompts_per_iteration % num_processes:
+            raise ConfigError(
+                f"an offline store is filled and read in whole groups per process: "
+                f"train.prompts_per_iteration ({t.prompts_per_iteration}) must be divisible by "
+                f"the number of processes ({num_processes})"
+            )
 
     def _validate_window(self) -> None:
         s = self.sampler

@@ -165,6 +165,65 @@ class FlowTransitions(Batch):
 
 
 @dataclass
+class FlowEndpoints(Batch):
+    """Clean samples of a flow model (no trajectory): the rollout of regression objectives
+    (RAM, GDRO, DiffusionNFT), sampled with any sampler or read from an offline store.
+
+    Attributes:
+        prompts: ``N`` prompt strings.
+        group_ids: ``[N]`` long group ids (as in ``FlowTrajectory``).
+        condition: the adapter's prompt encoding, a dict of ``[N, ...]`` tensors.
+        samples: ``[N, *event]`` float32 clean latents ``x_0``.
+        advantages: ``[N]`` float32, filled after rewards.
+    """
+
+    prompts: list[str]
+    group_ids: torch.Tensor
+    condition: dict[str, torch.Tensor]
+    samples: torch.Tensor
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    @property
+    def final(self) -> torch.Tensor:
+        """``[N, *event]`` clean samples (what the rewards score)."""
+        return self.samples
+
+
+@dataclass
+class NoisedEndpoints(Batch):
+    """Clean samples noised as in pretraining, ``x_t = (1 - t) x_0 + t eps``: the training unit
+    of the regression objectives. A unit holds ``M`` members that share ``t`` (``M = 1`` for
+    per-sample losses; ``M`` = the group for GDRO, whose members also share ``eps``).
+
+    Attributes:
+        rows: ``[U, M]`` long, each member's row in ``conditions`` (its sample in the rollout).
+        conditions: the rollout's prompt encodings, shared by all units.
+        clean: ``[U, M, *event]`` clean samples ``x_0``.
+        noise: ``[U, M, *event]`` Gaussian noise ``eps``.
+        sigma: ``[U]`` noise level ``t`` in (0, 1).
+        advantages: ``[U, M]`` the members' advantages.
+    """
+
+    rows: torch.Tensor
+    conditions: SharedRows
+    clean: torch.Tensor
+    noise: torch.Tensor
+    sigma: torch.Tensor
+    advantages: torch.Tensor
+
+    @property
+    def noised(self) -> torch.Tensor:
+        """``[U, M, *event]`` the states ``x_t`` the model sees."""
+        t = self.sigma.view(-1, *([1] * (self.clean.dim() - 1)))
+        return (1 - t) * self.clean + t * self.noise
+
+    @property
+    def condition(self) -> dict[str, torch.Tensor]:
+        """``[U * M, ...]`` prompt encodings, member-major within a unit."""
+        return self.conditions.rows(self.rows.reshape(-1))
+
+
+@dataclass
 class TokenRollout(Batch):
     """Sampled completions of a token policy; also its training unit (one row per sequence).
 

@@ -132,12 +132,31 @@ class RolloutStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _entry(self, group_id: int) -> dict[str, Any]:
+        if not 0 <= group_id < len(self._entries):
+            raise IndexError(f"group {group_id} not in the store ({len(self._entries)} groups)")
+        return self._entries[group_id]
+
+    def prompt(self, group_id: int) -> str:
+        return self._entry(group_id)["prompt"]
+
+    def group_size(self, group_id: int) -> int:
+        return int(self._entry(group_id)["size"])
+
+    def rewards(self, group_id: int) -> dict[str, torch.Tensor]:
+        """The group's scores, name -> ``[G]``, without reading its samples."""
+        from safetensors import safe_open
+
+        entry = self._entry(group_id)
+        with safe_open(str(self.directory / entry["shard"]), framework="pt") as handle:
+            return {
+                name: handle.get_tensor(f"{group_id}/reward/{name}") for name in entry["rewards"]
+            }
+
     def group(self, group_id: int) -> GroupRecord:
         from safetensors import safe_open
 
-        if not 0 <= group_id < len(self._entries):
-            raise IndexError(f"group {group_id} not in the store ({len(self._entries)} groups)")
-        entry = self._entries[group_id]
+        entry = self._entry(group_id)
         with safe_open(str(self.directory / entry["shard"]), framework="pt") as handle:
             samples = handle.get_tensor(f"{group_id}/samples")
             rewards = {

@@ -259,6 +259,10 @@ class Trainer:
             else None
         )
 
+        added = self.collector.fill_offline_store()
+        if added and self.is_main:
+            _echo(None, f"genrl: sampled {added} groups into {cfg.train.offline_store}")
+
         if "before" not in self.eval_history:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)

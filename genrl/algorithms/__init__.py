@@ -1,6 +1,15 @@
 """Algorithms: one file each, registered by name (``genrl list`` shows them)."""
 
-from genrl.algorithms import branch_grpo, diffu_grpo, flow_grpo, grpo, mask_grpo
+from genrl.algorithms import (
+    branch_grpo,
+    diffu_grpo,
+    diffusion_nft,
+    flow_grpo,
+    gdro,
+    grpo,
+    mask_grpo,
+    ram,
+)
 from genrl.algorithms.base import ALGORITHMS, Algorithm, AlgorithmConfig, register_algorithm
 
 __all__ = [
@@ -9,8 +18,11 @@ __all__ = [
     "AlgorithmConfig",
     "branch_grpo",
     "diffu_grpo",
+    "diffusion_nft",
     "flow_grpo",
+    "gdro",
     "grpo",
     "mask_grpo",
+    "ram",
     "register_algorithm",
 ]

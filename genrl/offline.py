@@ -1,0 +1,163 @@
+"""Offline training: iterations read their groups from a ``RolloutStore`` instead of sampling.
+
+With ``train.offline_store=DIR`` the trainer first makes sure the store holds
+``train.offline_groups`` groups: missing ones are sampled by the *reference* policy with the
+algorithm's own sampler, scored by the run's rewards and appended, ``prompts_per_iteration``
+groups per append (so an interrupted fill resumes where it stopped, losing nothing and writing
+nothing twice). Each iteration then reads ``prompts_per_iteration`` groups in shuffled passes
+over the store (an epoch is one pass), with the rewards recorded at fill time: no sampling, no
+decoding and no reward model during training (GDRO's offline mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from genrl.algorithms.base import RolloutNoise
+from genrl.groups import expand_groups, gather
+from genrl.rollout_store import GroupRecord, RolloutStore
+
+# Fill batches draw noise from their own seed space, apart from training iterations'.
+FILL_SEED_OFFSET = 900_001
+
+
+class OfflineSource:
+    """The store of a run and the groups each iteration trains on.
+
+    Args:
+        config: the run's ``TrainConfig`` (``train.offline_store``, ``train.offline_groups``).
+        accelerator: the run's accelerator (fills are shared out over processes).
+    """
+
+    def __init__(self, config: Any, accelerator: Any) -> None:
+        self.config = config
+        self.accelerator = accelerator
+        self.store = RolloutStore(config.train.offline_store)
+
+    @property
+    def target_groups(self) -> int:
+        """Groups the store must hold: ``offline_groups`` rounded up to whole fill batches."""
+        t = self.config.train
+        per = t.prompts_per_iteration
+        return -(-t.offline_groups // per) * per
+
+    def fill(self, policy: Any, algorithm: Any, reward: Any, prompts: Any, local: slice) -> int:
+        """Sample, score and append the missing groups; returns how many were added."""
+        cfg, acc = self.config, self.accelerator
+        per, size = cfg.train.prompts_per_iteration, cfg.train.group_size
+        have = len(self.store)
+        if have % per:
+            raise ValueError(
+                f"the store {self.store.directory} holds {have} groups, not a multiple of "
+                f"train.prompts_per_iteration ({per}): it was filled with other settings"
+            )
+        self._check_group_size()
+        bar = _progress(have, self.target_groups, acc.is_main_process and cfg.logging.progress_bar)
+        added = 0
+        for start in range(have, self.target_groups, per):
+            batch = start // per
+            chunk = prompts.sample(per, cfg.seed + FILL_SEED_OFFSET, batch)
+            global_prompts, global_ids = expand_groups(chunk, size)
+            noise = RolloutNoise(
+                cfg.seed + FILL_SEED_OFFSET, batch, per * size, local, cfg.train.noise_layout
+            )
+            policy.module.eval()
+            with torch.no_grad(), acc.autocast(), policy.reference():
+                rollout = algorithm.collect(policy, global_prompts[local], global_ids[local], noise)
+            outputs = algorithm.final_outputs(policy, rollout)
+            scores = reward(outputs, global_prompts[local], algorithm.reward_metadata(rollout))
+            samples = gather(rollout.final.float(), acc).cpu()
+            gathered = {k: gather(v, acc).cpu() for k, v in scores.scores.items()}
+            if acc.is_main_process:
+                self.store.append(
+                    [
+                        GroupRecord(
+                            prompt=prompt,
+                            samples=samples[g * size : (g + 1) * size],
+                            rewards={k: v[g * size : (g + 1) * size] for k, v in gathered.items()},
+                            seeds=[cfg.seed + FILL_SEED_OFFSET, batch, g],
+                            sampler=_sampler_record(cfg),
+                        )
+                        for g, prompt in enumerate(chunk)
+                    ]
+                )
+            acc.wait_for_everyone()
+            added += per
+            if bar is not None:
+                bar.update(per)
+        if bar is not None:
+            bar.close()
+        if not acc.is_main_process:  # pick up what the main process wrote
+            self.store = RolloutStore(self.store.directory)
+        return added
+
+    def _check_group_size(self) -> None:
+        size = self.config.train.group_size
+        if len(self.store) and self.store.group_size(0) != size:
+            raise ValueError(
+                f"the store {self.store.directory} holds groups of {self.store.group_size(0)}, "
+                f"but train.group_size is {size}"
+            )
+
+    def store_ids(self, iteration: int) -> list[int]:
+        """The store groups of ``iteration``: positions ``iteration * P ..`` of the stream of
+        shuffled passes over the store (seeded by the run's seed and the pass number)."""
+        per, total = self.config.train.prompts_per_iteration, len(self.store)
+        if total == 0:
+            raise ValueError(
+                f"the offline store {self.store.directory} is empty: set train.offline_groups"
+            )
+        ids = []
+        for position in range(iteration * per, (iteration + 1) * per):
+            epoch, index = divmod(position, total)
+            generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+            ids.append(int(torch.randperm(total, generator=generator)[index]))
+        return ids
+
+    def epoch(self, iteration: int) -> float:
+        """Passes over the store completed before ``iteration``."""
+        return iteration * self.config.train.prompts_per_iteration / max(1, len(self.store))
+
+    def read(
+        self, iteration: int, local: slice, reward_name: str
+    ) -> tuple[list[str], torch.Tensor, dict[str, torch.Tensor], list[str]]:
+        """This process's prompts and clean samples, plus every stored score of the whole
+        iteration (``[N]`` per name) and the iteration's global prompt list."""
+        size = self.config.train.group_size
+        ids = self.store_ids(iteration)
+        prompts = [self.store.prompt(i) for i in ids]
+        global_prompts, _ = expand_groups(prompts, size)
+        rewards = [self.store.rewards(i) for i in ids]
+        if reward_name not in rewards[0]:
+            raise ValueError(
+                f"the offline store was scored with {sorted(rewards[0])}, which lacks this "
+                f"run's reward {reward_name!r}: fill a new store for it"
+            )
+        scores = {k: torch.cat([r[k] for r in rewards]) for k in rewards[0]}
+        first, last = local.start // size, -(-local.stop // size)
+        samples = torch.cat([self.store.group(i).samples for i in ids[first:last]])
+        offset = local.start - first * size
+        samples = samples[offset : offset + local.stop - local.start]
+        return global_prompts[local], samples, scores, global_prompts
+
+
+def _sampler_record(config: Any) -> dict[str, Any]:
+    s = config.sampler
+    return {
+        "sampler": "ode",
+        "num_steps": s.num_steps,
+        "shift": s.shift,
+        "guidance_scale": s.guidance_scale,
+        "policy": config.policy.pretrained or config.policy.name,
+        "algorithm": config.algorithm.name,
+    }
+
+
+def _progress(start: int, total: int, enabled: bool) -> Any:
+    if not enabled or start >= total:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=start, desc="filling offline store", unit="group")

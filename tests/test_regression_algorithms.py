@@ -1,0 +1,185 @@
+"""RAM, GDRO and DiffusionNFT through the trainer: units, the lagged copy, training steps on the
+embedded task and on the tiny SD3 pipeline, and configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_config
+
+from genrl import Trainer
+from genrl.overrides import ConfigError
+
+ALGORITHMS = {
+    "ram": ("algorithm.name=ram", "algorithm.noisings_per_sample=2"),
+    "ram_eq17": ("algorithm.name=ram", "algorithm.correction=current"),
+    "diffusion_nft": ("algorithm.name=diffusion_nft", "algorithm.noisings_per_sample=3"),
+    "gdro": ("algorithm.name=gdro", "algorithm.noisings_per_sample=2", "train.minibatch_size=4"),
+    "gdro_own_noise": ("algorithm.name=gdro", "algorithm.share_noise=false"),
+}
+
+
+def _trainable(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {
+        n: p.detach().clone()
+        for n, p in trainer.policy.network.named_parameters()
+        if p.requires_grad
+    }
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_two_steps_train_on_the_embedded_task(tmp_path: Path, name: str) -> None:
+    trainer = Trainer(tiny_config(tmp_path, *ALGORITHMS[name]), run_dir=tmp_path / "run")
+    before = _trainable(trainer)
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    assert len(units) == trainer.algorithm.num_units(len(batch.rollout))
+    metrics = trainer.train_iteration()
+    trainer.train_iteration()
+    after = _trainable(trainer)
+    assert sum(not torch.equal(p, after[n]) for n, p in before.items()) >= 0.9 * len(before)
+    assert torch.isfinite(torch.tensor(metrics["loss/total"]))
+
+
+def test_units_share_time_and_noise_as_documented(tmp_path: Path) -> None:
+    trainer = Trainer(tiny_config(tmp_path, *ALGORITHMS["gdro"]), run_dir=tmp_path / "g")
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    # 4 groups of 4, 2 noisings each: 8 units of 4 members, one eps per unit
+    assert units.clean.shape[:2] == (8, 4) and units.sigma.shape == (8,)
+    assert torch.equal(units.noise[:, :1].expand_as(units.noise), units.noise)
+    assert torch.equal(units.rows[0], torch.arange(4)) and torch.equal(
+        units.rows[2], torch.arange(4, 8)
+    )
+    # members are their group's samples; advantages are rewards minus the group mean
+    assert torch.equal(units.clean[0], batch.rollout.samples[:4])
+    assert units.advantages[0].sum().abs() < 1e-5
+    own = Trainer(tiny_config(tmp_path, *ALGORITHMS["gdro_own_noise"]), run_dir=tmp_path / "o")
+    batch = own.collect()
+    units = own.algorithm.training_units(batch.rollout, batch.noise)
+    assert not torch.equal(units.noise[0, 0], units.noise[0, 1])
+
+    ram = Trainer(tiny_config(tmp_path, *ALGORITHMS["ram"]), run_dir=tmp_path / "r")
+    batch = ram.collect()
+    units = ram.algorithm.training_units(batch.rollout, batch.noise)
+    assert units.clean.shape[:2] == (32, 1)  # 16 samples x 2 noisings
+    assert torch.equal(units.clean[0, 0], units.clean[1, 0])  # the same sample's two noisings
+    assert not torch.equal(units.noise[0], units.noise[1])
+    noised = units.noised
+    t = units.sigma.view(-1, *[1] * (units.clean.dim() - 1))
+    assert torch.allclose(noised, (1 - t) * units.clean + t * units.noise)
+
+
+def test_the_lagged_copy_follows_its_schedule(tmp_path: Path) -> None:
+    """RAM's copy starts as the policy (decay 0 at iteration 0), then lags with decay
+    ``min(0.01 k, 0.9)``; its state survives a checkpoint."""
+    config = tiny_config(tmp_path, *ALGORITHMS["ram"], "algorithm.sampling_ema_ramp=0.25")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    algorithm = trainer.algorithm
+    assert [algorithm.config.lagged_decay(k) for k in (0, 1, 2, 5)] == [0.0, 0.25, 0.5, 0.9]
+    trainer.train_iteration()
+    theta = _trainable(trainer)
+    old = {n: t.clone() for n, t in algorithm.lagged.shadow.items()}
+    trainer.train_iteration()  # copy <- 0.25 old + 0.75 theta, before sampling
+    for n, value in algorithm.lagged.shadow.items():
+        assert torch.allclose(value, 0.25 * old[n] + 0.75 * theta[n], atol=1e-6)
+    state = algorithm.state_dict()
+    fresh = Trainer(config, run_dir=tmp_path / "other").algorithm
+    fresh.load_state_dict(state)
+    assert all(torch.equal(fresh.lagged.shadow[n], v) for n, v in algorithm.lagged.shadow.items())
+
+
+def test_ram_correction_by_lagged_copy_equals_eq17_when_the_copy_is_current(
+    tmp_path: Path,
+) -> None:
+    lagged = Trainer(tiny_config(tmp_path, *ALGORITHMS["ram"]), run_dir=tmp_path / "a")
+    current = Trainer(
+        tiny_config(tmp_path, *ALGORITHMS["ram"], "algorithm.correction=current"),
+        run_dir=tmp_path / "b",
+    )
+    batch = lagged.collect()  # iteration 0: the copy equals the policy
+    units = lagged.algorithm.training_units(batch.rollout, batch.noise).select(slice(0, 8))
+    a, _ = lagged.algorithm.loss(lagged.policy, units)
+    b, _ = current.algorithm.loss(current.policy, units)
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path: Path) -> None:
+    """The lagged copy equals the policy at iteration 0; with every r = 1/2 and no KL the
+    minibatch gradient is zero (the paper's limiting case, on the real model)."""
+    trainer = Trainer(
+        tiny_config(tmp_path, *ALGORITHMS["diffusion_nft"], "algorithm.kl_beta=0"),
+        run_dir=tmp_path / "run",
+    )
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise).select(slice(0, 8))
+    units.advantages = torch.zeros_like(units.advantages)
+    loss, _ = trainer.algorithm.loss(trainer.policy, units)
+    loss.backward()
+    grads = [p.grad for p in trainer.policy.trainable_parameters() if p.grad is not None]
+    assert grads and max(float(g.abs().max()) for g in grads) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("algorithm.name=ram", "algorithm.reward_multiplier=0"), "reward_multiplier"),
+        (("algorithm.name=ram", "algorithm.noisings_per_sample=0"), "noisings_per_sample"),
+        (("algorithm.name=ram", "algorithm.time_min=0.9", "algorithm.time_max=0.5"), "time_min"),
+        (("algorithm.name=gdro", "train.group_size=1"), "group_size must be >= 2"),
+        (("algorithm.name=diffusion_nft", "algorithm.beta=0"), "beta must be positive"),
+        (("algorithm.name=ram", "train.offline_store=/tmp/x"), "cannot read an offline store"),
+        (("algorithm.name=gdro", "train.offline_groups=4"), "needs train.offline_store"),
+    ],
+)
+def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(tmp_path, *overrides).validate()
+
+
+@pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro"])
+def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
+    """The diffusers adapter through the same path: LoRA, CFG in sampling only, the reference
+    through the disabled adapter; two steps change the LoRA weights."""
+    from accelerate.state import AcceleratorState
+    from diffusers_tiny import build_clip, build_sd3
+
+    from genrl import get_recipe
+
+    config = get_recipe("sd35m_pickscore")
+    config.apply_overrides(
+        [
+            f"policy.pretrained={build_sd3(tmp_path / 'sd3')}",
+            'policy.kwargs={"height": 32, "width": 32}',
+            "reward.0.name=clipscore",
+            f'reward.0.kwargs={{"model": "{build_clip(tmp_path / "clip")}"}}',
+            f"output_dir={tmp_path / 'run'}",
+            "sampler.num_steps=3",
+            "train.prompts_per_iteration=2",
+            "train.group_size=3",
+            "train.minibatch_size=4",
+            "train.gradient_accumulation_steps=1",
+            "train.mixed_precision=no",
+            "policy.dtype=float32",
+            "eval.samples_per_prompt=1",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+            f"algorithm.name={name}",
+            "algorithm.noisings_per_sample=2",
+        ]
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        trainer = Trainer(config)
+        before = _trainable(trainer)
+        trainer.train_iteration()
+        metrics = trainer.train_iteration()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    after = _trainable(trainer)
+    changed = sum(not torch.equal(p, after[n]) for n, p in before.items())
+    # SD3's last block has an exactly-zero gradient on its text-query LoRA (see test_diffusers).
+    assert changed >= 0.9 * len(before)
+    assert torch.isfinite(torch.tensor(metrics["loss/total"]))
