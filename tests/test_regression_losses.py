@@ -194,3 +194,39 @@ def test_time_densities() -> None:
     assert logit.median().item() == pytest.approx(0.5, abs=1e-3)
     with pytest.raises(ValueError, match="unknown time_sampling"):
         sample_times(u, "cosine", 0.0, 1.0)
+
+
+# -- GDRO's corrected score ----------------------------------------------------------------------
+def test_corrected_score_by_hand() -> None:
+    from reward_models import REWARDS, CallableReward, build_reward
+
+    class Task(CallableReward):
+        def __init__(self) -> None:
+            super().__init__(lambda prompts, completions: [0.9, 0.5], name="task")
+
+    class Judge(CallableReward):
+        name = "judge"
+
+        def __init__(self) -> None:
+            super().__init__(lambda prompts, completions: [0.0, 0.0], name="judge")
+
+        def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
+            out = super().score(outputs, prompts, metadata)
+            out.scores["coherence"] = torch.tensor([2.0, 4.0])
+            out.scores["style"] = torch.tensor([2.5, 4.5])
+            return out
+
+    REWARDS["task"], REWARDS["judge"] = Task, Judge
+    try:
+        corrected = build_reward(
+            "corrected_score",
+            reward={"name": "task"},
+            quality={"name": "judge"},
+            quality_scores=["coherence", "style"],
+        )
+        scores = corrected(["a", "b"], ["p", "q"]).scores
+    finally:
+        del REWARDS["task"], REWARDS["judge"]
+    # 0.9 * (2.25 - 3) + 0.2 = -0.475 (a high reward on a poor image);  0.5 * (4.25 - 3) + 0.2 = 0.825
+    assert scores["corrected_score"].tolist() == pytest.approx([-0.475, 0.825])
+    assert scores["quality"].tolist() == pytest.approx([2.25, 4.25])

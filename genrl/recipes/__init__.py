@@ -10,6 +10,7 @@ from genrl.overrides import ConfigError
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
+from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
@@ -17,6 +18,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
+    **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
 }

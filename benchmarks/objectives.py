@@ -1,0 +1,214 @@
+"""Flow-GRPO against the regression objectives (RAM, GDRO, DiffusionNFT) on the embedded task.
+
+Every method trains with its ``digits_*`` recipe: the same 60 iterations of 16 prompts x 8
+samples (the same sample budget; offline GDRO samples its store once instead), 3 seeds each,
+held-out reward every ``--eval-every`` iterations. Printed: a table (optimizer steps and seconds
+per iteration, final and best held-out reward, optimizer steps and training seconds to reach
+Flow-GRPO's best reward, and their ratios to Flow-GRPO's), a PNG of held-out reward against
+optimizer steps and against wall-clock, and a final JSON line with ``steps_to_flow_grpo_best``.
+
+"Flow-GRPO's best reward" is the lowest of its per-seed best held-out rewards, so that every
+Flow-GRPO seed reaches it. A method's steps (seconds) to reach it are the median over seeds of
+the first evaluation at or above it; null when fewer than two seeds get there. Wall-clock is
+training time only (rollout, rewards, update; the store fill for offline GDRO), not evaluation.
+
+    python benchmarks/objectives.py --plot docs/algorithms/objectives.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+METHODS = {
+    "flow_grpo": ("digits_flow_grpo", "Flow-GRPO", "tab:blue"),
+    "ram": ("digits_ram", "RAM", "tab:red"),
+    "gdro": ("digits_gdro", "GDRO (online)", "tab:green"),
+    "gdro_offline": ("digits_gdro_offline", "GDRO (offline store)", "tab:olive"),
+    "diffusion_nft": ("digits_diffusion_nft", "DiffusionNFT", "tab:purple"),
+}
+
+
+def run(method: str, seed: int, root: Path, eval_every: int, iterations: int) -> dict[str, Any]:
+    """Train one method with one seed; returns its held-out curve and timings."""
+    from genrl import Trainer, get_recipe
+    from genrl.metrics import read_metrics
+
+    recipe = METHODS[method][0]
+    config = get_recipe(recipe)
+    directory = root / f"{method}-{seed}"
+    overrides = [
+        f"seed={seed}",
+        f"eval.every={eval_every}",
+        f"train.iterations={iterations}",
+        "logging.progress_bar=false",
+        "logging.tensorboard=false",
+        "logging.log_every=1000",
+    ]
+    if config.train.offline_store:  # a store per seed, inside the benchmark's directory
+        overrides.append(f"train.offline_store={root / f'store-{seed}'}")
+    config.apply_overrides(overrides)
+    trainer = Trainer(config, run_dir=directory)
+    started = time.perf_counter()
+    trainer.collector.fill_offline_store()
+    fill_s = time.perf_counter() - started
+    summary = trainer.train()
+    steps, seconds = 0.0, fill_s
+    curve = [(0.0, fill_s, summary["heldout_reward_before"])]
+    iteration_s = []
+    for row in read_metrics(directory / "metrics.jsonl"):
+        if "time/iteration_s" in row:
+            seconds += row["time/iteration_s"]
+            steps = row["optimizer_steps"]
+            iteration_s.append(row["time/iteration_s"])
+        if "eval/reward" in row and row["iteration"] > 0:
+            curve.append((steps, seconds, row["eval/reward"]))
+    return {
+        "curve": curve,
+        "final": summary["heldout_reward_after"],
+        "best": max(r for _, _, r in curve),
+        "steps_per_iteration": steps / iterations,
+        "iteration_s": statistics.median(iteration_s),
+        "fill_s": fill_s,
+    }
+
+
+def first_reaching(curve: list[tuple[float, float, float]], target: float) -> tuple[float, float]:
+    """(optimizer steps, seconds) at the first evaluation at or above ``target``; inf if never."""
+    for steps, seconds, reward in curve:
+        if reward >= target:
+            return steps, seconds
+    return float("inf"), float("inf")
+
+
+def median_reached(values: list[float]) -> float | None:
+    """Median over seeds, or None when fewer than two seeds reached the target."""
+    finite = [v for v in values if v != float("inf")]
+    if len(finite) < 2:
+        return None
+    return statistics.median(values) if len(finite) == len(values) else statistics.median(finite)
+
+
+def plot(results: dict[str, list[dict[str, Any]]], target: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    for method, runs in results.items():
+        _, label, colour = METHODS[method]
+        for i, result in enumerate(runs):
+            steps, seconds, rewards = zip(*result["curve"], strict=True)
+            name = label if i == 0 else None
+            by_steps.plot([max(s, 1) for s in steps], rewards, color=colour, alpha=0.8, label=name)
+            by_time.plot(seconds, rewards, color=colour, alpha=0.8, label=name)
+    for axis in (by_steps, by_time):
+        axis.axhline(target, color="grey", linestyle="--", linewidth=1)
+        axis.set_ylabel("held-out reward")
+        axis.grid(alpha=0.3)
+    by_steps.set_xscale("log")
+    by_steps.set_xlabel("optimizer steps (log; step 0 drawn at 1)")
+    by_time.set_xlabel("training seconds (2-core CPU, one thread)")
+    by_steps.legend(loc="lower right", fontsize=8)
+    figure.suptitle("Embedded digits task, 60 iterations x 128 samples, 3 seeds per method")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--eval-every", type=int, default=2)
+    parser.add_argument("--plot", type=Path, help="write the reward curves to this PNG")
+    args = parser.parse_args(argv)
+    if "flow_grpo" not in args.methods:
+        parser.error("flow_grpo is the baseline: keep it in --methods")
+    torch.set_num_threads(1)
+    results: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in args.methods:
+            for seed in args.seeds:
+                started = time.perf_counter()
+                result = run(method, seed, Path(tmp), args.eval_every, args.iterations)
+                results.setdefault(method, []).append(result)
+                print(
+                    f"{method:<14} seed {seed}: held-out {result['curve'][0][2]:.3f} -> "
+                    f"{result['final']:.3f} (best {result['best']:.3f}) "
+                    f"in {time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
+    target = min(r["best"] for r in results["flow_grpo"])
+    reached = {m: [first_reaching(r["curve"], target) for r in runs] for m, runs in results.items()}
+    flow_steps = median_reached([s for s, _ in reached["flow_grpo"]])
+    flow_seconds = median_reached([t for _, t in reached["flow_grpo"]])
+    print(f"\nFlow-GRPO's best held-out reward (lowest per-seed best): {target:.3f}")
+    header = (
+        f"{'method':<14} {'steps/it':>8} {'s/it':>6} {'final':>13} {'best':>6} "
+        f"{'steps to best':>13} {'ratio':>6} {'s to best':>9} {'ratio':>6}"
+    )
+    print(header)
+    table: dict[str, Any] = {}
+    for method, runs in results.items():
+        finals = [r["final"] for r in runs]
+        steps = median_reached([s for s, _ in reached[method]])
+        seconds = median_reached([t for _, t in reached[method]])
+        step_ratio = None if steps is None or not flow_steps else round(steps / flow_steps, 3)
+        time_ratio = (
+            None if seconds is None or not flow_seconds else round(seconds / flow_seconds, 3)
+        )
+        table[method] = {
+            "final_mean": round(statistics.mean(finals), 4),
+            "final_std": round(statistics.pstdev(finals), 4),
+            "best_mean": round(statistics.mean(r["best"] for r in runs), 4),
+            "steps_per_iteration": runs[0]["steps_per_iteration"],
+            "iteration_s": round(statistics.median(r["iteration_s"] for r in runs), 4),
+            "fill_s": round(statistics.median(r["fill_s"] for r in runs), 2),
+            "steps_to_target": steps,
+            "seconds_to_target": None if seconds is None else round(seconds, 2),
+            "steps_ratio": step_ratio,
+            "seconds_ratio": time_ratio,
+            "seeds_reaching": sum(s != float("inf") for s, _ in reached[method]),
+        }
+        row = table[method]
+        print(
+            f"{method:<14} {row['steps_per_iteration']:>8.0f} {row['iteration_s']:>6.2f} "
+            f"{row['final_mean']:>6.3f}+-{row['final_std']:.3f} {row['best_mean']:>6.3f} "
+            f"{_show(steps):>13} {_show(step_ratio):>6} {_show(seconds):>9} {_show(time_ratio):>6}"
+        )
+    if args.plot:
+        plot(results, target, args.plot)
+    print(
+        json.dumps(
+            {
+                "benchmark": "objectives",
+                "flow_grpo_best": round(target, 4),
+                "table": table,
+                "steps_to_flow_grpo_best": {
+                    m: row["steps_ratio"] for m, row in table.items() if m != "flow_grpo"
+                },
+                "seconds_to_flow_grpo_best": {
+                    m: row["seconds_ratio"] for m, row in table.items() if m != "flow_grpo"
+                },
+            }
+        )
+    )
+    return 0
+
+
+def _show(value: float | None) -> str:
+    return "never" if value is None else f"{value:.3g}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
