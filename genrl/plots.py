@@ -89,7 +89,7 @@ def save_reward_curve(rows: list[dict[str, Any]], path: Path, title: str) -> Non
         it = [r["iteration"] for r in train]
         mean = [r["reward/mean"] for r in train]
         std = [r.get("reward/std") or 0.0 for r in train]
-        ax.plot(it, mean, label="training reward (SDE rollouts)", color="tab:blue")
+        ax.plot(it, mean, label="training reward (rollout samples)", color="tab:blue")
         ax.fill_between(
             it,
             [m - s for m, s in zip(mean, std, strict=False)],
