@@ -29,6 +29,9 @@ class RAMLoss:
     that sampled the endpoints (the released code). With ``w = 0`` the target is ``v_ref``: the
     frozen reference is the KL anchor, and no separate KL term exists.
 
+    An optional ``time_weights`` ``[U]`` multiplies each unit's squared error (e.g. the
+    control-space weight of ``RAMConfig.time_weighting``).
+
     Shapes: ``velocity``, ``reference_velocity``, ``correction_velocity``, ``target_velocity``
     ``[U, *event]``; ``weights`` ``[U]``.
     """
@@ -40,11 +43,15 @@ class RAMLoss:
         correction_velocity: torch.Tensor,
         target_velocity: torch.Tensor,
         weights: torch.Tensor,
+        time_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         w = weights.view(-1, *([1] * (velocity.dim() - 1)))
         with torch.no_grad():
             target = reference_velocity + w * (target_velocity - correction_velocity)
-        loss = per_sample_mean((velocity - target) ** 2).mean()
+        per_unit = per_sample_mean((velocity - target) ** 2)
+        if time_weights is not None:
+            per_unit = per_unit * time_weights
+        loss = per_unit.mean()
         with torch.no_grad():
             metrics = {
                 "regression_loss": float(loss),

@@ -123,3 +123,50 @@ def test_offline_training_runs_end_to_end(tmp_path: Path) -> None:
     assert (tmp_path / "one" / "export").is_dir()
     again = Trainer(_offline(tmp_path, store), run_dir=tmp_path / "two")
     assert again.collector.fill_offline_store() == 0
+
+
+def _two_process_offline_worker(directory: str) -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    accelerator = Accelerator(cpu=True)
+    root = Path(directory)
+    config = _offline(root, root / "ddp_store")
+    trainer = Trainer(config, run_dir=root / "ddp", accelerator=accelerator)
+    trainer.collector.fill_offline_store()
+    batch = trainer.collect()
+    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    torch.save(
+        {
+            "samples": batch.rollout.samples,
+            "advantages": batch.rollout.advantages,
+            "noise": units.noise,
+            "sigma": units.sigma,
+        },
+        root / f"offline_rank{accelerator.process_index}.pt",
+    )
+
+
+def test_two_processes_fill_and_read_the_store_as_one(tmp_path: Path) -> None:
+    """Each process samples its half of a fill batch and the main process writes it; each then
+    reads its own groups. The store, the samples and the training noise equal a 1-process run."""
+    from accelerate import debug_launcher
+
+    single = Trainer(_offline(tmp_path, tmp_path / "store"), run_dir=tmp_path / "single")
+    single.collector.fill_offline_store()
+    batch = single.collect()
+    units = single.algorithm.training_units(batch.rollout, batch.noise)
+    debug_launcher(_two_process_offline_worker, args=(str(tmp_path),), num_processes=2)
+    one, two = RolloutStore(tmp_path / "store"), RolloutStore(tmp_path / "ddp_store")
+    assert len(two) == len(one) == 8
+    for i in range(8):
+        torch.testing.assert_close(two.group(i).samples, one.group(i).samples, rtol=0, atol=1e-5)
+    ranks = [torch.load(tmp_path / f"offline_rank{r}.pt") for r in range(2)]
+    samples = torch.cat([r["samples"] for r in ranks])
+    torch.testing.assert_close(samples, batch.rollout.samples, rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        torch.cat([r["advantages"] for r in ranks]), batch.rollout.advantages
+    )
+    torch.testing.assert_close(torch.cat([r["noise"] for r in ranks]), units.noise)
+    torch.testing.assert_close(torch.cat([r["sigma"] for r in ranks]), units.sigma)

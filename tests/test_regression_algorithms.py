@@ -14,7 +14,11 @@ from genrl.overrides import ConfigError
 
 ALGORITHMS = {
     "ram": ("algorithm.name=ram", "algorithm.noisings_per_sample=2"),
-    "ram_eq17": ("algorithm.name=ram", "algorithm.correction=current"),
+    "ram_eq17_control_weight": (
+        "algorithm.name=ram",
+        "algorithm.correction=current",
+        "algorithm.time_weighting=control",
+    ),
     "diffusion_nft": ("algorithm.name=diffusion_nft", "algorithm.noisings_per_sample=3"),
     "gdro": ("algorithm.name=gdro", "algorithm.noisings_per_sample=2", "train.minibatch_size=4"),
     "gdro_own_noise": ("algorithm.name=gdro", "algorithm.share_noise=false"),

@@ -29,6 +29,14 @@ def test_ram_loss_by_hand() -> None:
     assert metrics["weight_abs_mean"] == pytest.approx(0.75)
 
 
+def test_ram_time_weights_scale_each_unit() -> None:
+    v = torch.tensor([[1.0], [2.0]])
+    zeros = torch.zeros(2, 1)
+    # errors (v - 0)^2 = [1, 4]; weights [3, 0.5] -> (3 + 2) / 2
+    loss, _ = RAMLoss()(v, zeros, zeros, zeros, torch.zeros(2), torch.tensor([3.0, 0.5]))
+    assert loss.item() == pytest.approx(2.5)
+
+
 def test_ram_loss_uses_no_gradient_through_the_target() -> None:
     """With the correction being the current velocity (eq. 17), the target is still a constant:
     the gradient is 2 (v - target) / n, not (1 + w) times that."""

@@ -39,6 +39,11 @@ class RAMConfig(EndpointConfig):
     correction: Literal["lagged", "current"] = "lagged"
     """Velocity in the correction term: ``lagged`` (the endpoint-sampling copy, the released
     code; one more forward per unit) or ``current`` (eq. 17: the current velocity, detached)."""
+    time_weighting: Literal["none", "control"] = "none"
+    """Weight of each unit's squared error: ``none`` (released code) or ``control``,
+    ``2 (1 - t) / t`` (``t >= 1e-3``), the factor that turns a velocity error into the control
+    error of the memoryless SDE (``sigma_t^2 = 2t / (1 - t)``, ``sigma_t u = 2 (v - v_ref)``), as
+    in adjoint matching; not used by the released code."""
     std_mode: Literal["group", "global", "none"] = "global"
     """Advantage normaliser: per-prompt mean, std of the whole iteration's rewards (released
     code) or per prompt, or none."""
@@ -96,7 +101,11 @@ class RAM(EndpointAlgorithm):
         if self.config.correction == "current":
             correction = velocity.detach()
         weights = self.config.reward_multiplier * mb.advantages.reshape(-1)
-        return self.objective(velocity, reference, correction, target, weights)
+        time_weights = None
+        if self.config.time_weighting == "control":
+            t = mb.sigma.repeat_interleave(mb.clean.shape[1]).clamp_min(1e-3)
+            time_weights = 2 * (1 - t) / t
+        return self.objective(velocity, reference, correction, target, weights, time_weights)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "tracker": self.tracker.state_dict()}
