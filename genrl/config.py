@@ -372,8 +372,8 @@ class TrainConfig:
         t = self.train
         if not t.offline_store:
             raise ConfigError("train.offline_groups needs train.offline_store (a directory)")
-        if not getattr(ALGORITHMS[self.algorithm.name], "supports_offline", False):
-            offline = [n for n, c in ALGORITHMS.items() if getattr(c, "supports_offline", False)]
+        if not ALGORITHMS[self.algorithm.name].supports_offline:
+            offline = [n for n, c in ALGORITHMS.items() if c.supports_offline]
             raise ConfigError(
                 f"algorithm {self.algorithm.name!r} trains on its own rollouts and cannot read "
                 f"an offline store; algorithms that can: {', '.join(offline)}"

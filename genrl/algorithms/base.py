@@ -123,6 +123,10 @@ class Algorithm(abc.ABC):
     """Hooks the trainer calls; see DESIGN.md section 2 for the phases."""
 
     Config: ClassVar[type[AlgorithmConfig]]
+    supports_offline: ClassVar[bool] = False
+    """True when the loss needs only clean samples and rewards, so iterations may read groups
+    from an offline store (``train.offline_store``); such algorithms implement
+    ``rollout_from_samples(prompts, group_ids, condition, samples)``."""
 
     def __init__(self, config: AlgorithmConfig, train_config: TrainConfig) -> None:
         self.config = config

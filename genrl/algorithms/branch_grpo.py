@@ -29,6 +29,7 @@ import torch
 from genrl.advantages import clip_advantages, depthwise_advantages, group_advantages, tree_values
 from genrl.algorithms.base import RolloutNoise, register_algorithm
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
+from genrl.algorithms.flow_rollout import decode_in_chunks
 from genrl.overrides import ConfigError
 from genrl.rollout import Batch, FlowTransitions, SharedRows
 from samplers import SAMPLERS, FlowODESampler, StepOutput
@@ -239,9 +240,7 @@ class BranchGRPO(FlowGRPO):
         )
 
     def final_outputs(self, policy: Any, rollout: TreeTrajectories) -> torch.Tensor:  # type: ignore[override]
-        size = self.train_config.train.rollout_batch_size or len(rollout.leaves)
-        leaves = rollout.leaves
-        return torch.cat([policy.decode(leaves[i : i + size]) for i in range(0, len(leaves), size)])
+        return decode_in_chunks(policy, rollout.leaves, self.train_config.train.rollout_batch_size)
 
     def advantages(
         self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise
+from genrl.algorithms.flow_rollout import decode_in_chunks
 from genrl.ema import EMA
 from genrl.overrides import ConfigError
 from genrl.rollout import FlowEndpoints, NoisedEndpoints, SharedRows
@@ -246,13 +247,6 @@ class EndpointAlgorithm(Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.lagged is not None:
             self.lagged.load_state_dict(state["lagged"])
-
-
-def decode_in_chunks(policy: Any, latents: torch.Tensor, size: int) -> torch.Tensor:
-    """Decode ``[N, *event]`` latents ``size`` at a time (0: all at once); a real model's VAE at
-    512 px is a memory peak when it decodes a whole local batch."""
-    size = size or len(latents)
-    return torch.cat([policy.decode(latents[i : i + size]) for i in range(0, len(latents), size)])
 
 
 def unit_velocity(policy: Any, units: NoisedEndpoints, guidance_scale: float = 1.0) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from genrl.advantages import PerPromptStatTracker, clip_advantages
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
-from genrl.algorithms.flow_rollout import FlowRollout
+from genrl.algorithms.flow_rollout import FlowRollout, decode_in_chunks
 from genrl.losses import ClippedSurrogate, gaussian_mean_kl
 from genrl.overrides import ConfigError
 from genrl.rollout import FlowTrajectory, FlowTransitions, SharedRows
@@ -147,9 +147,7 @@ class FlowGRPO(Algorithm):
     def final_outputs(self, policy: Any, rollout: FlowTrajectory) -> torch.Tensor:
         """Decoded images, in chunks of ``train.rollout_batch_size`` (the VAE of a real model at
         512 px is a memory peak when it decodes a whole local batch)."""
-        final = rollout.final
-        size = self.train_config.train.rollout_batch_size or len(final)
-        return torch.cat([policy.decode(final[i : i + size]) for i in range(0, len(final), size)])
+        return decode_in_chunks(policy, rollout.final, self.train_config.train.rollout_batch_size)
 
     def advantages(
         self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor

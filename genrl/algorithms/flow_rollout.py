@@ -190,6 +190,13 @@ class FlowRollout:
         return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
+def decode_in_chunks(policy: Any, latents: torch.Tensor, size: int) -> torch.Tensor:
+    """Decode ``[N, *event]`` latents ``size`` at a time (0: all at once); a real model's VAE at
+    512 px is a memory peak when it decodes a whole local batch."""
+    size = size or len(latents)
+    return torch.cat([policy.decode(latents[i : i + size]) for i in range(0, len(latents), size)])
+
+
 def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:
     """The prompt encodings of ``rows``."""
     return {k: v[rows] for k, v in condition.items()}
