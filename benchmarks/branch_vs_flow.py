@@ -4,7 +4,10 @@ the same number of leaves (samples) per prompt, in one run.
 Methods (each a full trainer iteration on the same prompts):
 
 * ``flow``: Flow-GRPO, ``group_size`` independent SDE trajectories per prompt;
-* ``branch``: BranchGRPO, one tree per prompt, every live node of a step in one forward;
+* ``branch``: BranchGRPO as the ``digits_branch_grpo`` recipe (and the reference's FLUX script)
+  trains it: one tree per prompt, every live node of a step in one forward, the edges of the
+  first 60% of the steps trained (depth pruning);
+* ``branch_all_edges``: the same tree with every edge trained;
 * ``branch_pruned``: the same tree, training one of each two siblings at the split depths and the
   last step only (width and depth pruning);
 * ``branch_one_node``: the same tree, one node per forward (the reference code's way);
@@ -18,7 +21,8 @@ SD3 pipeline of the tests (random weights, 32 px, a tiny CLIPScore reward).
         # also: held-out reward against wall-clock, 3 seeds per method, on the embedded task
 
 The last line is one JSON object (DESIGN.md section 7) with, for the embedded task,
-``branch_over_flow_iter_time`` (target <= 0.5) and ``per_depth_batching_speedup`` (target >= 2).
+``branch_over_flow_iter_time`` (the recipe's BranchGRPO; target <= 0.5),
+``branch_all_edges_over_flow_iter_time`` and ``per_depth_batching_speedup`` (target >= 2).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # tiny SD3 and CLIP builders
 
 SPLITS = {"split_steps": [0, 3, 6], "branching": [2, 2, 2]}  # 8 leaves from 10 steps
+FIRST_60_PERCENT = "algorithm.train_steps=[0, 1, 2, 3, 4, 5]"  # as digits_branch_grpo
 
 
 def method_overrides(method: str) -> list[str]:
@@ -49,7 +54,10 @@ def method_overrides(method: str) -> list[str]:
         f"algorithm.branching={SPLITS['branching']}",
         "algorithm.clip_range=2e-3",
         "algorithm.kl_beta=0.0",
+        "algorithm.split_noise_level=0.9",
     ]
+    if method in ("branch", "branch_one_node"):
+        tree.append(FIRST_60_PERCENT)
     if method == "branch_one_node":
         tree.append("algorithm.max_batch=1")
     if method == "branch_pruned":
@@ -155,7 +163,16 @@ def curves(path: Path, seeds: list[int], root: Path) -> dict[str, Any]:
 
     results: dict[str, Any] = {}
     figure, axis = plt.subplots(figsize=(6, 4))
-    for method, colour in (("flow", "tab:blue"), ("branch", "tab:orange")):
+    names = {
+        "flow": "Flow-GRPO",
+        "branch": "BranchGRPO (first 60% of steps trained)",
+        "branch_all_edges": "BranchGRPO (every edge trained)",
+    }
+    for method, colour in (
+        ("flow", "tab:blue"),
+        ("branch", "tab:orange"),
+        ("branch_all_edges", "tab:green"),
+    ):
         finals = []
         for seed in seeds:
             config = task_config("digits", method, root, seed)
@@ -168,9 +185,7 @@ def curves(path: Path, seeds: list[int], root: Path) -> dict[str, Any]:
                 if "eval/reward" in row:
                     xs.append(elapsed)
                     ys.append(row["eval/reward"])
-            label = (
-                {"flow": "Flow-GRPO", "branch": "BranchGRPO"}[method] if seed == seeds[0] else None
-            )
+            label = names[method] if seed == seeds[0] else None
             axis.plot(xs, ys, color=colour, alpha=0.8, label=label)
             finals.append(
                 {"seed": seed, "after": summary["heldout_reward_after"], "seconds": xs[-1]}
@@ -194,7 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    methods = ("flow", "branch", "branch_pruned", "branch_one_node", "branch_mix")
+    methods = (
+        "flow",
+        "branch",
+        "branch_all_edges",
+        "branch_pruned",
+        "branch_one_node",
+        "branch_mix",
+    )
     table: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -216,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         if digits:
             result["branch_over_flow_iter_time"] = round(
                 digits["branch"]["iteration_s"] / digits["flow"]["iteration_s"], 3
+            )
+            result["branch_all_edges_over_flow_iter_time"] = round(
+                digits["branch_all_edges"]["iteration_s"] / digits["flow"]["iteration_s"], 3
             )
             result["branch_pruned_over_flow_iter_time"] = round(
                 digits["branch_pruned"]["iteration_s"] / digits["flow"]["iteration_s"], 3

@@ -34,7 +34,8 @@ class OfflineSource:
     def __init__(self, config: Any, accelerator: Any) -> None:
         self.config = config
         self.accelerator = accelerator
-        self.store = RolloutStore(config.train.offline_store)
+        # Only the main process writes (and repairs after a crash); the others read.
+        self.store = RolloutStore(config.train.offline_store, accelerator.is_main_process)
 
     @property
     def target_groups(self) -> int:
@@ -90,7 +91,7 @@ class OfflineSource:
         if bar is not None:
             bar.close()
         if not acc.is_main_process:  # pick up what the main process wrote
-            self.store = RolloutStore(self.store.directory)
+            self.store = RolloutStore(self.store.directory, writable=False)
         return added
 
     def _check_group_size(self) -> None:

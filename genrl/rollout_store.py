@@ -52,23 +52,32 @@ class GroupRecord:
 
 
 class RolloutStore:
-    """Append-only store of groups; see the module docstring for the on-disk contract."""
+    """Append-only store of groups; see the module docstring for the on-disk contract.
 
-    def __init__(self, directory: str | Path) -> None:
+    Args:
+        directory: the store (created if missing).
+        writable: False opens it for reading only: nothing on disk is repaired or removed, which
+            is how processes other than the writer open a store (several processes of a run).
+    """
+
+    def __init__(self, directory: str | Path, writable: bool = True) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.writable = writable
+        if writable:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self._entries: list[dict[str, Any]] = []
         self._recover()
 
     # -- opening ---------------------------------------------------------------------------------
     def _recover(self) -> None:
-        for partial in self.directory.glob("*.tmp"):
-            partial.unlink()
+        if self.writable:
+            for partial in self.directory.glob("*.tmp"):
+                partial.unlink()
         index = self.directory / INDEX
         if index.is_file():
             data = index.read_bytes()
             complete = data[: data.rfind(b"\n") + 1]  # a torn last line never counts
-            if len(complete) != len(data):
+            if self.writable and len(complete) != len(data):
                 with open(index, "wb") as handle:
                     handle.write(complete)
                     handle.flush()
@@ -77,6 +86,8 @@ class RolloutStore:
                 if line:
                     record = json.loads(line)
                     self._entries += [dict(g, shard=record["shard"]) for g in record["groups"]]
+        if not self.writable:
+            return
         named = {entry["shard"] for entry in self._entries}
         for shard in self.directory.glob("shard-*.safetensors"):
             if shard.name not in named:  # renamed into place, but its index lines never came
@@ -85,6 +96,8 @@ class RolloutStore:
     # -- writing ---------------------------------------------------------------------------------
     def append(self, groups: list[GroupRecord]) -> list[int]:
         """Store ``groups`` as one shard; returns their ids."""
+        if not self.writable:
+            raise PermissionError(f"the store {self.directory} was opened read-only")
         if not groups:
             return []
         from safetensors.torch import save_file

@@ -187,3 +187,25 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
     # SD3's last block has an exactly-zero gradient on its text-query LoRA (see test_diffusers).
     assert changed >= 0.9 * len(before)
     assert torch.isfinite(torch.tensor(metrics["loss/total"]))
+
+
+@pytest.mark.parametrize(
+    "recipe", ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft"]
+)
+def test_recipes_raise_the_heldout_reward_of_the_embedded_task(tmp_path: Path, recipe: str) -> None:
+    """The shipped digits generator and classifier, 10 of the recipe's 60 iterations."""
+    from genrl import get_recipe
+
+    config = get_recipe(recipe)
+    config.apply_overrides(
+        [
+            "train.iterations=10",
+            "eval.samples_per_prompt=8",
+            "eval.every=0",
+            "logging.progress_bar=false",
+            "logging.tensorboard=false",
+            f"train.offline_store={tmp_path / 'store'}" if config.train.offline_store else "seed=0",
+        ]
+    )
+    summary = Trainer(config, run_dir=tmp_path / "run").train()
+    assert summary["heldout_reward_after"] > summary["heldout_reward_before"] + 0.2

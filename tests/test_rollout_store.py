@@ -89,6 +89,13 @@ def test_a_kill_mid_write_loses_only_the_unfinished_append(tmp_path: Path, point
     script = CRASH.format(tests=tests, directory=str(tmp_path / "store"), point=point)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert result.returncode == 1, result.stderr.decode()
+    # A reader (another process of the run) sees the complete appends and repairs nothing.
+    on_disk = sorted(p.name for p in (tmp_path / "store").iterdir())
+    reader = RolloutStore(tmp_path / "store", writable=False)
+    assert [reader.group(i).prompt for i in range(len(reader))] == ["first", "second"]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == on_disk
+    with pytest.raises(PermissionError, match="read-only"):
+        reader.append([group("fifth", 5)])
     store = RolloutStore(tmp_path / "store")
     assert len(store) == 2 and [store.group(i).prompt for i in range(2)] == ["first", "second"]
     files = sorted(p.name for p in (tmp_path / "store").iterdir())

@@ -146,7 +146,7 @@ class EndpointAlgorithm(Algorithm):
         assert self.ode is not None
         x = noise.randn(0, tuple(policy.latent_shape), policy.device)
         condition = policy.encode_prompts(prompts)
-        if self.lagged is not None:
+        if self.lagged is not None and noise.round_index == 0:  # once per iteration
             self.lagged.decay = self.config.lagged_decay(noise.iteration)
             self.lagged.step(0)
         with self.lagged_weights():
