@@ -194,7 +194,7 @@ class BatchCollector:
         cfg = self.config
         t_start = time.perf_counter()
         local_prompts, samples, scores, global_prompts = self.offline.read(
-            iteration, self.local, self.reward.name
+            iteration, self.local, self.reward
         )
         _, global_group_ids = expand_groups(
             global_prompts[:: cfg.train.group_size], cfg.train.group_size

@@ -365,6 +365,13 @@ class TrainConfig:
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
             )
         self.algorithm.validate(self)
+        group_units = getattr(ALGORITHMS[self.algorithm.name], "group_units", False)
+        if group_units and t.prompts_per_iteration % num_processes:
+            raise ConfigError(
+                f"{self.algorithm.name} trains on whole groups, so each process needs whole ones: "
+                f"train.prompts_per_iteration ({t.prompts_per_iteration}) must be divisible by "
+                f"the number of processes ({num_processes})"
+            )
         if t.offline_store or t.offline_groups:
             self._validate_offline(num_processes)
 

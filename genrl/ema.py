@@ -29,6 +29,8 @@ class EMA:
         if optimizer_step % self.every:
             return
         for name, param in self.params.items():
+            if self.shadow[name].device != param.device:  # the network moved (e.g. to a GPU)
+                self.shadow[name] = self.shadow[name].to(param.device)
             self.shadow[name].lerp_(param.detach(), 1 - self.decay)
 
     @contextlib.contextmanager

@@ -36,6 +36,7 @@ class OfflineSource:
         self.accelerator = accelerator
         # Only the main process writes (and repairs after a crash); the others read.
         self.store = RolloutStore(config.train.offline_store, accelerator.is_main_process)
+        self._checked = False
 
     @property
     def target_groups(self) -> int:
@@ -48,13 +49,14 @@ class OfflineSource:
         """Sample, score and append the missing groups; returns how many were added."""
         cfg, acc = self.config, self.accelerator
         per, size = cfg.train.prompts_per_iteration, cfg.train.group_size
-        have = len(self.store)
+        have = self._agreed_length()
         if have % per:
             raise ValueError(
                 f"the store {self.store.directory} holds {have} groups, not a multiple of "
                 f"train.prompts_per_iteration ({per}): it was filled with other settings"
             )
         self._check_group_size()
+        self._check_origin(reward)
         bar = _progress(have, self.target_groups, acc.is_main_process and cfg.logging.progress_bar)
         added = 0
         for start in range(have, self.target_groups, per):
@@ -79,7 +81,7 @@ class OfflineSource:
                             samples=samples[g * size : (g + 1) * size],
                             rewards={k: v[g * size : (g + 1) * size] for k, v in gathered.items()},
                             seeds=[cfg.seed + FILL_SEED_OFFSET, batch, g],
-                            sampler=_sampler_record(cfg),
+                            sampler=_sampler_record(cfg, reward),
                         )
                         for g, prompt in enumerate(chunk)
                     ]
@@ -92,7 +94,39 @@ class OfflineSource:
             bar.close()
         if not acc.is_main_process:  # pick up what the main process wrote
             self.store = RolloutStore(self.store.directory, writable=False)
+        self._agreed_length()
         return added
+
+    def _agreed_length(self) -> int:
+        """The store's length, checked to be the same on every process: a store on a disk that
+        another process cannot see would otherwise make processes run different numbers of
+        collective operations and hang."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return len(self.store)
+        from accelerate.utils import gather_object
+
+        lengths = gather_object([len(self.store)])
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"processes see different numbers of groups in {self.store.directory} "
+                f"({lengths}); put train.offline_store on a file system every process shares"
+            )
+        return int(lengths[0])
+
+    def _check_origin(self, reward: Any) -> None:
+        """A store trains only runs of the policy and rewards that filled it."""
+        if not len(self.store):
+            return
+        recorded = self.store.sampler_record(0)
+        expected = _sampler_record(self.config, reward)
+        for key, what in (("policy", "policy"), ("reward_weights", "rewards and weights")):
+            if key in recorded and recorded[key] != expected[key]:
+                raise ValueError(
+                    f"the offline store {self.store.directory} was filled with {what} "
+                    f"{recorded[key]}, this run has {expected[key]}: use another "
+                    "train.offline_store"
+                )
 
     def _check_group_size(self) -> None:
         size = self.config.train.group_size
@@ -122,10 +156,15 @@ class OfflineSource:
         return iteration * self.config.train.prompts_per_iteration / max(1, len(self.store))
 
     def read(
-        self, iteration: int, local: slice, reward_name: str
+        self, iteration: int, local: slice, reward: Any
     ) -> tuple[list[str], torch.Tensor, dict[str, torch.Tensor], list[str]]:
         """This process's prompts and clean samples, plus every stored score of the whole
         iteration (``[N]`` per name) and the iteration's global prompt list."""
+        if iteration == 0 or not self._checked:
+            self._check_group_size()
+            self._check_origin(reward)
+            self._checked = True
+        reward_name = reward.name
         size = self.config.train.group_size
         ids = self.store_ids(iteration)
         prompts = [self.store.prompt(i) for i in ids]
@@ -144,7 +183,8 @@ class OfflineSource:
         return global_prompts[local], samples, scores, global_prompts
 
 
-def _sampler_record(config: Any) -> dict[str, Any]:
+def _sampler_record(config: Any, reward: Any) -> dict[str, Any]:
+    """What a group was sampled and scored with (stored with it, checked by later runs)."""
     s = config.sampler
     return {
         "sampler": "ode",
@@ -153,6 +193,7 @@ def _sampler_record(config: Any) -> dict[str, Any]:
         "guidance_scale": s.guidance_scale,
         "policy": config.policy.pretrained or config.policy.name,
         "algorithm": config.algorithm.name,
+        "reward_weights": {model.name: float(weight) for model, weight in reward.rewards},
     }
 
 

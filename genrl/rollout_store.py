@@ -129,6 +129,7 @@ class RolloutStore:
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / shard)
+        _fsync_directory(self.directory)  # the rename itself survives a power loss
         line = json.dumps({"shard": shard, "groups": records}, sort_keys=True)
         with open(self.directory / INDEX, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -155,6 +156,10 @@ class RolloutStore:
 
     def group_size(self, group_id: int) -> int:
         return int(self._entry(group_id)["size"])
+
+    def sampler_record(self, group_id: int) -> dict[str, Any]:
+        """The settings the group was sampled with (``GroupRecord.sampler``)."""
+        return dict(self._entry(group_id)["sampler"])
 
     def rewards(self, group_id: int) -> dict[str, torch.Tensor]:
         """The group's scores, name -> ``[G]``, without reading its samples."""
@@ -192,6 +197,16 @@ class RolloutStore:
             )
             for group_id in order.tolist():
                 yield self.group(group_id)
+
+
+def _fsync_directory(directory: Path) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync elsewhere
+        return
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 __all__ = ["GroupRecord", "RolloutStore"]

@@ -27,6 +27,10 @@ class CorrectedScore(RewardModel):
         quality_scores: which of the quality reward's scores to average (default: its primary).
         pivot: quality at which the correction changes sign (paper: 3 on a 1-5 scale).
         offset: added constant (paper: 0.2).
+        device: handed to the inner rewards that take one and whose spec leaves it unset (the
+            trainer passes this process's accelerator).
+
+    Samples for which the task reward is not applicable are not applicable here either.
     """
 
     name = "corrected_score"
@@ -38,18 +42,18 @@ class CorrectedScore(RewardModel):
         quality_scores: list[str] | None = None,
         pivot: float = 3.0,
         offset: float = 0.2,
+        device: Any = "cpu",
     ) -> None:
-        from reward_models import build_reward
-
-        self.reward = build_reward(reward["name"], **reward.get("kwargs", {}))
-        self.quality = build_reward(quality["name"], **quality.get("kwargs", {}))
+        self.reward = _build(reward, device)
+        self.quality = _build(quality, device)
         self.quality_scores = quality_scores or [self.quality.name]
         self.pivot, self.offset = pivot, offset
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        task = self.reward(outputs, prompts, metadata).scores[self.reward.name].float().cpu()
+        task_output = self.reward(outputs, prompts, metadata)
+        task = task_output.scores[self.reward.name].float().cpu()
         quality_scores = self.quality(outputs, prompts, metadata).scores
         missing = [k for k in self.quality_scores if k not in quality_scores]
         if missing:
@@ -60,6 +64,23 @@ class CorrectedScore(RewardModel):
         quality = torch.stack([quality_scores[k].float().cpu() for k in self.quality_scores])
         mean_quality = quality.mean(dim=0)
         corrected = task * (mean_quality - self.pivot) + self.offset
+        applicable = {}
+        if self.reward.name in task_output.applicable:
+            applicable[self.name] = task_output.applicable[self.reward.name].cpu()
         return RewardOutput(
-            {self.name: corrected, "reward": task, "quality": mean_quality},
+            {self.name: corrected, "reward": task, "quality": mean_quality}, applicable
         )
+
+
+def _build(spec: dict[str, Any], device: Any) -> RewardModel:
+    import inspect
+
+    from reward_models import build_reward, reward_class
+
+    kwargs = dict(spec.get("kwargs", {}))
+    if (
+        "device" not in kwargs
+        and "device" in inspect.signature(reward_class(spec["name"])).parameters
+    ):
+        kwargs["device"] = device
+    return build_reward(spec["name"], **kwargs)

@@ -63,16 +63,18 @@ def test_an_interrupted_fill_resumes_without_loss_or_duplicates(tmp_path: Path) 
     whole.collector.fill_offline_store()
 
     crashing = Trainer(_offline(tmp_path, tmp_path / "cut"), run_dir=tmp_path / "b")
-    calls = {"n": 0}
     real = crashing.collector.reward
 
-    def crash_on_second_batch(*args: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise Crash("killed while scoring the second batch")
-        return real(*args)
+    class CrashOnSecondBatch:
+        name, rewards, calls = real.name, real.rewards, 0
 
-    crashing.collector.reward = crash_on_second_batch  # type: ignore[assignment]
+        def __call__(self, *args: Any) -> Any:
+            self.calls += 1
+            if self.calls == 2:
+                raise Crash("killed while scoring the second batch")
+            return real(*args)
+
+    crashing.collector.reward = CrashOnSecondBatch()  # type: ignore[assignment]
     with pytest.raises(Crash):
         crashing.collector.fill_offline_store()
     assert len(RolloutStore(tmp_path / "cut")) == 4  # the first batch, whole
@@ -170,3 +172,16 @@ def test_two_processes_fill_and_read_the_store_as_one(tmp_path: Path) -> None:
     )
     torch.testing.assert_close(torch.cat([r["noise"] for r in ranks]), units.noise)
     torch.testing.assert_close(torch.cat([r["sigma"] for r in ranks]), units.sigma)
+
+
+def test_a_store_of_other_rewards_is_refused(tmp_path: Path) -> None:
+    Trainer(
+        _offline(tmp_path, tmp_path / "store"), run_dir=tmp_path / "a"
+    ).collector.fill_offline_store()
+    reweighted = Trainer(
+        _offline(tmp_path, tmp_path / "store", "reward.0.weight=2.0"), run_dir=tmp_path / "b"
+    )
+    with pytest.raises(ValueError, match="filled with rewards and weights"):
+        reweighted.collect()
+    with pytest.raises(ValueError, match="filled with rewards and weights"):
+        reweighted.collector.fill_offline_store()

@@ -136,6 +136,8 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
         (("algorithm.name=diffusion_nft", "algorithm.beta=0"), "beta must be positive"),
         (("algorithm.name=ram", "train.offline_store=/tmp/x"), "cannot read an offline store"),
         (("algorithm.name=gdro", "train.offline_groups=4"), "needs train.offline_store"),
+        (("algorithm.name=gdro", "algorithm.sampling_ema_decay=0.5"), "no lagged copy"),
+        (("algorithm.name=diffusion_nft", "sampler.guidance_scale=4.5"), "without CFG"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
@@ -174,6 +176,8 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
             "algorithm.noisings_per_sample=2",
         ]
     )
+    if name == "diffusion_nft":  # CFG-free by construction
+        config.apply_overrides(["sampler.guidance_scale=1"])
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
         trainer = Trainer(config)
@@ -209,3 +213,43 @@ def test_recipes_raise_the_heldout_reward_of_the_embedded_task(tmp_path: Path, r
     )
     summary = Trainer(config, run_dir=tmp_path / "run").train()
     assert summary["heldout_reward_after"] > summary["heldout_reward_before"] + 0.2
+
+
+def test_whole_groups_per_process_are_checked_before_training(tmp_path: Path) -> None:
+    # 3 groups of 4: 12 samples split evenly over 2 processes, but a group would straddle them
+    config = tiny_config(tmp_path, *ALGORITHMS["gdro"], "train.prompts_per_iteration=3")
+    with pytest.raises(ConfigError, match="divisible by the number of processes"):
+        config.validate(num_processes=2)
+    config.validate(num_processes=3)
+
+
+def test_the_lagged_copy_is_built_late_and_steps_once_per_iteration(tmp_path: Path) -> None:
+    """Built at first use (after the trainer moved the network), stepped once per iteration
+    even when an iteration is collected again (a refill round, a resumed iteration)."""
+    config = tiny_config(tmp_path, *ALGORITHMS["ram"], "algorithm.sampling_ema_ramp=0.5")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    algorithm = trainer.algorithm
+    assert algorithm._lagged is None
+    trainer.train_iteration()
+    trainer.train_iteration()  # iteration 1: copy <- 0.5 old + 0.5 theta
+    stepped = {n: t.clone() for n, t in algorithm.lagged.shadow.items()}
+    assert algorithm.lagged_iteration == 1
+    trainer.iteration = 1  # collect iteration 1 again
+    trainer.collect()
+    assert all(torch.equal(stepped[n], t) for n, t in algorithm.lagged.shadow.items())
+    state = algorithm.state_dict()
+    fresh = Trainer(config, run_dir=tmp_path / "other").algorithm
+    fresh.load_state_dict(state)
+    assert fresh.lagged_iteration == 1
+    assert all(torch.equal(fresh.lagged.shadow[n], t) for n, t in stepped.items())
+
+
+def test_per_sample_noise_streams_do_not_depend_on_the_process_layout() -> None:
+    from genrl.algorithms.base import RolloutNoise
+
+    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_by_sample(5, (2, 3))
+    halves = [
+        RolloutNoise(3, 7, 6, s).randn_by_sample(5, (2, 3)) for s in (slice(0, 3), slice(3, 6))
+    ]
+    assert torch.equal(torch.cat(halves), whole)
+    assert not torch.equal(whole[0], whole[1])

@@ -86,6 +86,22 @@ class RolloutNoise:
         (drawn on the CPU, so the numbers do not depend on the accelerator)."""
         return self._per_sample(torch.randn, tag, event_shape).to(device)
 
+    def randn_by_sample(
+        self, tag: int, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
+    ) -> torch.Tensor:
+        """``[n_local, *event_shape]`` standard-normal noise, each sample from its own stream
+        seeded from stream ``tag`` of the global batch: the same numbers on any number of
+        processes (like ``layout="global"``) at the cost of this process's samples only (large
+        per-sample draws, e.g. several noisings of a 512 px latent)."""
+        seeds = torch.randint(2**62, (self.num_global,), generator=self.generator(tag))
+        rows = [
+            torch.randn(event_shape, generator=torch.Generator().manual_seed(int(seed)))
+            for seed in seeds[self.local].tolist()
+        ]
+        if not rows:
+            return torch.zeros((0, *event_shape), device=device)
+        return torch.stack(rows).to(device)
+
     def randn_per_group(
         self,
         tag: int,

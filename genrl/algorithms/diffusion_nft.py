@@ -64,6 +64,11 @@ class DiffusionNFTConfig(EndpointConfig):
             )
         if self.kl_beta < 0:
             raise ConfigError(f"algorithm.kl_beta must be >= 0, got {self.kl_beta}")
+        if train_config is not None and train_config.sampler.guidance_scale != 1:
+            raise ConfigError(
+                "diffusion_nft samples without CFG (the guidance is learned into the weights): "
+                f"set sampler.guidance_scale=1 (got {train_config.sampler.guidance_scale})"
+            )
 
 
 @register_algorithm("diffusion_nft")

@@ -116,21 +116,37 @@ class EndpointAlgorithm(Algorithm):
     def __init__(self, config: EndpointConfig, train_config: Any) -> None:
         super().__init__(config, train_config)
         self.ode: FlowODESampler | None = None
-        self.lagged: EMA | None = None
+        self._network: Any = None
+        self._lagged: EMA | None = None
+        self._lagged_state: dict[str, torch.Tensor] | None = None
+        self.lagged_iteration = -1  # the last iteration whose EMA step was taken
 
     def setup(self, policy: Any) -> None:
         s = self.train_config.sampler
         self.ode = FlowODESampler(policy.sigma_schedule(s.num_steps, s.shift))
-        if self.uses_lagged_copy:
-            self.lagged = EMA(policy.network, self.config.sampling_ema_decay)
+        self._network = policy.network
+
+    @property
+    def lagged(self) -> EMA | None:
+        """The lagged copy (None for algorithms without one). Built on first use, after the
+        trainer has moved the network to its device, so the copy lives next to the weights."""
+        if not self.uses_lagged_copy or self._network is None:
+            return None
+        if self._lagged is None:
+            self._lagged = EMA(self._network, self.config.sampling_ema_decay)
+            if self._lagged_state is not None:
+                self._lagged.load_state_dict(self._lagged_state)
+                self._lagged_state = None
+        return self._lagged
 
     @contextlib.contextmanager
     def lagged_weights(self) -> Iterator[None]:
         """Inside, the policy's trainable weights are the lagged copy's (no-op without one)."""
-        if self.lagged is None:
+        lagged = self.lagged
+        if lagged is None:
             yield
             return
-        with self.lagged.swapped_in():
+        with lagged.swapped_in():
             yield
 
     # -- phase 2 ---------------------------------------------------------------------------------
@@ -146,9 +162,13 @@ class EndpointAlgorithm(Algorithm):
         assert self.ode is not None
         x = noise.randn(0, tuple(policy.latent_shape), policy.device)
         condition = policy.encode_prompts(prompts)
-        if self.lagged is not None and noise.round_index == 0:  # once per iteration
-            self.lagged.decay = self.config.lagged_decay(noise.iteration)
-            self.lagged.step(0)
+        lagged = self.lagged
+        # Once per iteration: not again for a dynamic-sampling refill round, nor when a run
+        # resumes the iteration it stopped in.
+        if lagged is not None and noise.iteration > self.lagged_iteration:
+            lagged.decay = self.config.lagged_decay(noise.iteration)
+            lagged.step(0)
+            self.lagged_iteration = noise.iteration
         with self.lagged_weights():
             samples = self._ode(policy, x, condition)
         return self.rollout_from_samples(prompts, group_ids, condition, samples)
@@ -204,7 +224,7 @@ class EndpointAlgorithm(Algorithm):
         k = c.noisings_per_sample
         rows = torch.arange(n, device=device)
         uniform = noise.rand(TIME_TAG, (k,)).to(device)  # [n, k]
-        eps = noise.randn(EPS_TAG, (k, *event), device)  # [n, k, *event]
+        eps = noise.randn_by_sample(EPS_TAG, (k, *event), device)  # [n, k, *event]
         if self.group_units:
             size = self.train_config.train.group_size
             if n % size or not bool(
@@ -242,11 +262,19 @@ class EndpointAlgorithm(Algorithm):
 
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"lagged": self.lagged.state_dict()} if self.lagged is not None else {}
+        lagged = self.lagged
+        if lagged is None:
+            return {}
+        return {"lagged": lagged.state_dict(), "lagged_iteration": self.lagged_iteration}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.lagged is not None:
-            self.lagged.load_state_dict(state["lagged"])
+        if not self.uses_lagged_copy:
+            return
+        self.lagged_iteration = int(state.get("lagged_iteration", -1))
+        if self._lagged is not None:
+            self._lagged.load_state_dict(state["lagged"])
+        else:  # applied when the copy is built
+            self._lagged_state = state["lagged"]
 
 
 def unit_velocity(policy: Any, units: NoisedEndpoints, guidance_scale: float = 1.0) -> torch.Tensor:

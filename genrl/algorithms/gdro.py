@@ -54,6 +54,11 @@ class GDROConfig(EndpointConfig):
             raise ConfigError(f"algorithm.beta must be positive, got {self.beta}")
         if self.tau < 0 or self.gamma < 0:
             raise ConfigError(f"algorithm.tau and gamma must be >= 0, got {self.tau}, {self.gamma}")
+        if self.sampling_ema_decay or self.sampling_ema_ramp or self.sampling_ema_delay:
+            raise ConfigError(
+                "gdro keeps no lagged copy of the policy: its samples come from the current "
+                "model (online) or the reference (offline store); drop algorithm.sampling_ema_*"
+            )
         if train_config is not None and train_config.train.group_size < 2:
             raise ConfigError("gdro ranks a group: train.group_size must be >= 2")
 
@@ -82,7 +87,7 @@ class GDRO(EndpointAlgorithm):
         units = super().training_units(rollout, noise)
         if not self.config.share_noise:  # one eps per member: its own stream of the same tag
             size = units.clean.shape[1]
-            eps = noise.randn(
+            eps = noise.randn_by_sample(
                 32_000,
                 (self.config.noisings_per_sample, *rollout.samples.shape[1:]),
                 rollout.samples.device,
