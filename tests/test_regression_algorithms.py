@@ -253,3 +253,27 @@ def test_per_sample_noise_streams_do_not_depend_on_the_process_layout() -> None:
     ]
     assert torch.equal(torch.cat(halves), whole)
     assert not torch.equal(whole[0], whole[1])
+
+
+def test_corrected_score_is_logged_without_changing_the_training_reward(tmp_path: Path) -> None:
+    """GDRO's corrected score as a weight-0 reward: in the metrics, not in the advantages."""
+    import json
+
+    from tiny import tiny_models
+
+    _, clf = tiny_models(tmp_path)
+    digits = {"name": "digit_classifier", "kwargs": {"path": str(clf)}}
+    corrected = {"reward": digits, "quality": digits, "pivot": 0.5, "offset": 0.0}
+    config = tiny_config(
+        tmp_path,
+        *ALGORITHMS["gdro"],
+        "reward.1.name=corrected_score",
+        "reward.1.weight=0",
+        f"reward.1.kwargs={json.dumps(corrected)}",
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    r = batch.scores["digit_classifier"]
+    assert torch.allclose(batch.scores["reward"], r)  # weight 0: the training reward is unchanged
+    assert torch.allclose(batch.scores["corrected_score"], r * (r - 0.5), atol=1e-6)
+    assert "corrected_score" in trainer.evaluate().scores
