@@ -117,12 +117,16 @@ def task_config(task: str, method: str, root: Path, seed: int = 0) -> Any:
 
 
 def measure(task: str, method: str, root: Path, iterations: int) -> dict[str, float]:
-    """Median rollout and iteration seconds over ``iterations`` (after one warm-up) and the
-    rows that went through the model per iteration (rollout and training)."""
+    """``measure_trainer`` on a trainer of ``method`` for ``task``."""
     from genrl import Trainer
 
     config = task_config(task, method, root)
-    trainer = Trainer(config, run_dir=root / f"{task}-{method}")
+    return measure_trainer(Trainer(config, run_dir=root / f"{task}-{method}"), iterations)
+
+
+def measure_trainer(trainer: Any, iterations: int) -> dict[str, float]:
+    """Median rollout and iteration seconds over ``iterations`` (after one warm-up) and the
+    rows that went through the model per iteration (rollout and training)."""
     policy = trainer.policy
     counts = {"calls": 0, "rows": 0}
     velocity = policy.velocity

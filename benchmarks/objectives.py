@@ -21,12 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # tiny SD3 and CLIP builders
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 METHODS = {
     "flow_grpo": ("digits_flow_grpo", "Flow-GRPO", "tab:blue"),
@@ -81,6 +86,58 @@ def run(method: str, seed: int, root: Path, eval_every: int, iterations: int) ->
     }
 
 
+def tiny_sd3_costs(root: Path, iterations: int) -> dict[str, dict[str, float]]:
+    """Per-iteration cost of each objective on the tiny random SD3 pipeline of the tests (LoRA,
+    32 px, 4 prompts x 4 samples, 10 steps; CFG 4.5 in sampling except for CFG-free
+    DiffusionNFT): model calls and rows, rollout and iteration seconds (medians)."""
+    from accelerate.state import AcceleratorState
+    from branch_vs_flow import measure_trainer
+    from diffusers_tiny import build_clip, build_sd3
+
+    from genrl import Trainer, get_recipe
+
+    sd3, clip = build_sd3(root / "sd3"), build_clip(root / "clip")
+    costs = {}
+    for method in ("flow_grpo", "ram", "gdro", "diffusion_nft"):
+        config = get_recipe("sd35m_pickscore")
+        config.apply_overrides(
+            [
+                f"policy.pretrained={sd3}",
+                'policy.kwargs={"height": 32, "width": 32}',
+                "reward.0.name=clipscore",
+                f'reward.0.kwargs={{"model": "{clip}"}}',
+                "train.prompts_per_iteration=4",
+                "train.group_size=4",
+                "train.minibatch_size=16",
+                "train.gradient_accumulation_steps=1",
+                "train.mixed_precision=no",
+                "policy.dtype=float32",
+                "eval.samples_per_prompt=1",
+                "logging.tensorboard=false",
+                "logging.progress_bar=false",
+                "logging.log_every=100000",
+            ]
+        )
+        if method != "flow_grpo":
+            config.apply_overrides([f"algorithm.name={method}"])
+        if method == "gdro":  # one unit is a group of 4: keep 16 rows per minibatch
+            config.apply_overrides(["algorithm.noisings_per_sample=8", "train.minibatch_size=4"])
+        if method == "diffusion_nft":
+            config.apply_overrides(["sampler.guidance_scale=1"])
+        AcceleratorState._reset_state(reset_partial_state=True)
+        trainer = Trainer(config, run_dir=root / f"sd3-{method}")
+        costs[method] = measure_trainer(trainer, iterations)
+        costs[method]["units"] = trainer.algorithm.num_units(16)
+        print(
+            f"tiny SD3 {method:<14} calls {costs[method]['velocity_calls']:>4.0f}  rows "
+            f"{costs[method]['velocity_rows']:>5.0f}  rollout {costs[method]['rollout_s']:.2f} s  "
+            f"iteration {costs[method]['iteration_s']:.2f} s",
+            flush=True,
+        )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return costs
+
+
 def first_reaching(curve: list[tuple[float, float, float]], target: float) -> tuple[float, float]:
     """(optimizer steps, seconds) at the first evaluation at or above ``target``; inf if never."""
     for steps, seconds, reward in curve:
@@ -132,12 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--plot", type=Path, help="write the reward curves to this PNG")
+    parser.add_argument(
+        "--sd3-iterations", type=int, default=3, help="timed iterations on the tiny SD3 pipeline"
+    )
     args = parser.parse_args(argv)
     if "flow_grpo" not in args.methods:
         parser.error("flow_grpo is the baseline: keep it in --methods")
     torch.set_num_threads(1)
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        costs = tiny_sd3_costs(Path(tmp), args.sd3_iterations) if args.sd3_iterations else {}
         for method in args.methods:
             for seed in args.seeds:
                 started = time.perf_counter()
@@ -205,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                 "flow_grpo_best": round(target, 4),
                 "flow_grpo_gain90": round(target90, 4),
                 "table": table,
+                "tiny_sd3_iteration_over_flow_grpo": {
+                    m: round(c["iteration_s"] / costs["flow_grpo"]["iteration_s"], 3)
+                    for m, c in costs.items()
+                },
+                "tiny_sd3_costs": costs,
                 "steps_to_flow_grpo_best": {m: table[m]["steps_ratio_best"] for m in others},
                 "seconds_to_flow_grpo_best": {m: table[m]["seconds_ratio_best"] for m in others},
                 "steps_to_90pct_of_flow_grpo_gain": {
