@@ -35,17 +35,21 @@ class EMA:
 
     @contextlib.contextmanager
     def swapped_in(self) -> Iterator[None]:
-        """Temporarily load the EMA weights into the network (e.g. for evaluation)."""
-        backup = {n: p.detach().clone() for n, p in self.params.items()}
+        """Temporarily give the network the EMA weights (e.g. for evaluation, or the forwards
+        of a lagged policy). The parameters' storage is exchanged with the shadow's, not copied:
+        no extra memory and no copy of a full fine-tune's weights. Inside the context the
+        shadow holds the live weights, so ``step`` and ``state_dict`` must not be called."""
         with torch.no_grad():
-            for n, p in self.params.items():
-                p.copy_(self.shadow[n])
+            for name, param in self.params.items():
+                if self.shadow[name].device != param.device:
+                    self.shadow[name] = self.shadow[name].to(param.device)
+                self.shadow[name], param.data = param.data, self.shadow[name]
         try:
             yield
         finally:
             with torch.no_grad():
-                for n, p in self.params.items():
-                    p.copy_(backup[n])
+                for name, param in self.params.items():
+                    self.shadow[name], param.data = param.data, self.shadow[name]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {n: t.detach().cpu().clone() for n, t in self.shadow.items()}
