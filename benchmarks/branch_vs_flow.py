@@ -85,31 +85,16 @@ def task_config(task: str, method: str, root: Path, seed: int = 0) -> Any:
         config = get_recipe("digits_flow_grpo")
         config.apply_overrides([*common, *method_overrides(method)])
         return config
-    from diffusers_tiny import build_clip, build_sd3
+    from diffusers_tiny import tiny_sd3_run
 
-    sd3 = root / "sd3"
-    clip = root / "clip"
-    if not sd3.is_dir():
-        build_sd3(sd3)
-        build_clip(clip)
-    config = get_recipe("sd35m_pickscore")
-    config.apply_overrides(
-        [
-            *common,
-            f"policy.pretrained={sd3}",
-            'policy.kwargs={"height": 32, "width": 32}',
-            "reward.0.name=clipscore",
-            f'reward.0.kwargs={{"model": "{clip}"}}',
-            "train.prompts_per_iteration=4",
-            "train.minibatch_size=32",
-            "train.gradient_accumulation_steps=1",
-            "train.mixed_precision=no",
-            "policy.dtype=float32",
-            "eval.samples_per_prompt=1",
-            "eval.num_steps=4",
-            "algorithm.kl_beta=0.0",  # as the tree methods: no reference forward in either
-            *method_overrides(method),
-        ]
+    config = tiny_sd3_run(
+        root,
+        *common,
+        "train.prompts_per_iteration=4",
+        "train.minibatch_size=32",
+        "eval.num_steps=4",
+        "algorithm.kl_beta=0.0",  # as the tree methods: no reference forward in either
+        *method_overrides(method),
     )
     if method != "flow":
         config.apply_overrides(["algorithm.clip_range=1e-4", "algorithm.cfg_in_training=true"])

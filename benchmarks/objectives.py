@@ -92,31 +92,18 @@ def tiny_sd3_costs(root: Path, iterations: int) -> dict[str, dict[str, float]]:
     DiffusionNFT): model calls and rows, rollout and iteration seconds (medians)."""
     from accelerate.state import AcceleratorState
     from branch_vs_flow import measure_trainer
-    from diffusers_tiny import build_clip, build_sd3
+    from diffusers_tiny import tiny_sd3_run
 
-    from genrl import Trainer, get_recipe
+    from genrl import Trainer
 
-    sd3, clip = build_sd3(root / "sd3"), build_clip(root / "clip")
     costs = {}
     for method in ("flow_grpo", "ram", "gdro", "diffusion_nft"):
-        config = get_recipe("sd35m_pickscore")
-        config.apply_overrides(
-            [
-                f"policy.pretrained={sd3}",
-                'policy.kwargs={"height": 32, "width": 32}',
-                "reward.0.name=clipscore",
-                f'reward.0.kwargs={{"model": "{clip}"}}',
-                "train.prompts_per_iteration=4",
-                "train.group_size=4",
-                "train.minibatch_size=16",
-                "train.gradient_accumulation_steps=1",
-                "train.mixed_precision=no",
-                "policy.dtype=float32",
-                "eval.samples_per_prompt=1",
-                "logging.tensorboard=false",
-                "logging.progress_bar=false",
-                "logging.log_every=100000",
-            ]
+        config = tiny_sd3_run(
+            root,
+            "train.prompts_per_iteration=4",
+            "train.group_size=4",
+            "train.minibatch_size=16",
+            "logging.log_every=100000",
         )
         if method != "flow_grpo":
             config.apply_overrides([f"algorithm.name={method}"])

@@ -162,10 +162,6 @@ class BatchCollector:
         outputs = self.algorithm.final_outputs(self.policy, rollout)
         metadata = self.algorithm.reward_metadata(rollout)
         scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
-        rewards = scores[self.reward.name]
-        if cfg.reward_aggregation == "normalize_then_sum":
-            weights = {model.name: weight for model, weight in self.reward.rewards}
-            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
         # Stateful rewards (an adversarial head) learn from the samples they just scored.
         reward_metrics = self.reward.update(
             outputs, local_prompts, metadata, lambda t: gather(t, acc)
@@ -173,8 +169,7 @@ class BatchCollector:
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
-        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
-        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        advantages = self.advantages(rollout, scores, global_prompts, global_group_ids)
         if round_index:
             global_group_ids = global_group_ids + round_index * per_round
             rollout.group_ids = rollout.group_ids + round_index * per_round
@@ -187,6 +182,23 @@ class BatchCollector:
             timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
             extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
         )
+
+    def advantages(
+        self,
+        rollout: Any,
+        scores: dict[str, torch.Tensor],
+        global_prompts: list[str],
+        global_group_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """Phase 4: the training reward (weighted sum, or GDPO's normalise-then-sum) and the
+        algorithm's advantages of the gathered batch; this process's slice goes to ``rollout``."""
+        rewards = scores[self.reward.name]
+        if self.config.reward_aggregation == "normalize_then_sum":
+            weights = {model.name: weight for model, weight in self.reward.rewards}
+            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
+        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
+        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        return advantages
 
     def read_offline(self, iteration: int) -> CollectedBatch:
         """Phases 1-4 from the offline store: its groups, samples and recorded scores."""
@@ -208,12 +220,7 @@ class BatchCollector:
             samples.to(self.policy.device),
         )
         t_read = time.perf_counter()
-        rewards = scores[self.reward.name]
-        if cfg.reward_aggregation == "normalize_then_sum":
-            weights = {model.name: weight for model, weight in self.reward.rewards}
-            rewards = decoupled_group_rewards(scores, weights, global_group_ids)
-        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
-        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        advantages = self.advantages(rollout, scores, global_prompts, global_group_ids)
         noise = RolloutNoise(
             cfg.seed, iteration, self.num_global, self.local, cfg.train.noise_layout
         )

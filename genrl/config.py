@@ -373,28 +373,9 @@ class TrainConfig:
                 f"the number of processes ({num_processes})"
             )
         if t.offline_store or t.offline_groups:
-            self._validate_offline(num_processes)
+            from genrl.offline import validate_offline
 
-    def _validate_offline(self, num_processes: int) -> None:
-        t = self.train
-        if not t.offline_store:
-            raise ConfigError("train.offline_groups needs train.offline_store (a directory)")
-        if not ALGORITHMS[self.algorithm.name].supports_offline:
-            offline = [n for n, c in ALGORITHMS.items() if c.supports_offline]
-            raise ConfigError(
-                f"algorithm {self.algorithm.name!r} trains on its own rollouts and cannot read "
-                f"an offline store; algorithms that can: {', '.join(offline)}"
-            )
-        if t.offline_groups < 0:
-            raise ConfigError(f"train.offline_groups must be >= 0, got {t.offline_groups}")
-        if t.dynamic_sampling:
-            raise ConfigError("train.dynamic_sampling samples anew; it cannot read a store")
-        if t.prompts_per_iteration % num_processes:
-            raise ConfigError(
-                f"an offline store is filled and read in whole groups per process: "
-                f"train.prompts_per_iteration ({t.prompts_per_iteration}) must be divisible by "
-                f"the number of processes ({num_processes})"
-            )
+            validate_offline(self, num_processes)
 
     def _validate_window(self) -> None:
         s = self.sampler

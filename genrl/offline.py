@@ -23,6 +23,32 @@ from genrl.rollout_store import GroupRecord, RolloutStore
 FILL_SEED_OFFSET = 900_001
 
 
+def validate_offline(config: Any, num_processes: int) -> None:
+    """Raise ``ConfigError`` for offline settings that cannot work (``TrainConfig.validate``)."""
+    from genrl.algorithms import ALGORITHMS
+    from genrl.overrides import ConfigError
+
+    t = config.train
+    if not t.offline_store:
+        raise ConfigError("train.offline_groups needs train.offline_store (a directory)")
+    if not ALGORITHMS[config.algorithm.name].supports_offline:
+        offline = [n for n, c in ALGORITHMS.items() if c.supports_offline]
+        raise ConfigError(
+            f"algorithm {config.algorithm.name!r} trains on its own rollouts and cannot read "
+            f"an offline store; algorithms that can: {', '.join(offline)}"
+        )
+    if t.offline_groups < 0:
+        raise ConfigError(f"train.offline_groups must be >= 0, got {t.offline_groups}")
+    if t.dynamic_sampling:
+        raise ConfigError("train.dynamic_sampling samples anew; it cannot read a store")
+    if t.prompts_per_iteration % num_processes:
+        raise ConfigError(
+            f"an offline store is filled and read in whole groups per process: "
+            f"train.prompts_per_iteration ({t.prompts_per_iteration}) must be divisible by "
+            f"the number of processes ({num_processes})"
+        )
+
+
 class OfflineSource:
     """The store of a run and the groups each iteration trains on.
 

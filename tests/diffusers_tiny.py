@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from diffusers import (
@@ -315,3 +316,32 @@ def build_clip(directory: Path) -> Path:
     )
     processor.save_pretrained(directory)
     return Path(directory)
+
+
+def tiny_sd3_run(directory: Path, *overrides: str) -> Any:
+    """The ``sd35m_pickscore`` recipe on a tiny SD3 pipeline and a tiny CLIPScore reward built
+    under ``directory`` (once): 32 px, float32 without autocast, one accumulation step, one
+    held-out sample per prompt, no TensorBoard or progress bar; ``overrides`` come last."""
+    from genrl import get_recipe
+
+    sd3, clip = directory / "sd3", directory / "clip"
+    if not (sd3 / "model_index.json").is_file():
+        build_sd3(sd3)
+        build_clip(clip)
+    config = get_recipe("sd35m_pickscore")
+    config.apply_overrides(
+        [
+            f"policy.pretrained={sd3}",
+            'policy.kwargs={"height": 32, "width": 32}',
+            "reward.0.name=clipscore",
+            f'reward.0.kwargs={{"model": "{clip}"}}',
+            "train.gradient_accumulation_steps=1",
+            "train.mixed_precision=no",
+            "policy.dtype=float32",
+            "eval.samples_per_prompt=1",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+            *overrides,
+        ]
+    )
+    return config

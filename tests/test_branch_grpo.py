@@ -83,31 +83,17 @@ def test_branch_grpo_on_the_tiny_sd3_pipeline(tmp_path: Path) -> None:
     """The diffusers adapter through the same code path: CFG in the tree rollout and in
     training, two steps change the LoRA weights, first-minibatch ratio exactly 1."""
     from accelerate.state import AcceleratorState
-    from diffusers_tiny import build_clip, build_sd3
+    from diffusers_tiny import tiny_sd3_run
 
-    from genrl import get_recipe
-
-    config = get_recipe("sd35m_pickscore")
-    config.apply_overrides(
-        [
-            f"policy.pretrained={build_sd3(tmp_path / 'sd3')}",
-            'policy.kwargs={"height": 32, "width": 32}',
-            "reward.0.name=clipscore",
-            f'reward.0.kwargs={{"model": "{build_clip(tmp_path / "clip")}"}}',
-            f"output_dir={tmp_path / 'run'}",
-            "sampler.num_steps=4",
-            "train.prompts_per_iteration=2",
-            "train.group_size=4",
-            "train.minibatch_size=16",
-            "train.gradient_accumulation_steps=1",
-            "train.mixed_precision=no",
-            "policy.dtype=float32",
-            "eval.samples_per_prompt=1",
-            "logging.tensorboard=false",
-            "logging.progress_bar=false",
-            *TREE,
-            "algorithm.split_noise_level=0.9",
-        ]
+    config = tiny_sd3_run(
+        tmp_path,
+        f"output_dir={tmp_path / 'run'}",
+        "sampler.num_steps=4",
+        "train.prompts_per_iteration=2",
+        "train.group_size=4",
+        "train.minibatch_size=16",
+        *TREE,
+        "algorithm.split_noise_level=0.9",
     )
     AcceleratorState._reset_state(reset_partial_state=True)
     try:

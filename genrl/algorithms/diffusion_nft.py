@@ -113,10 +113,3 @@ class DiffusionNFT(EndpointAlgorithm):
             mb.sigma.repeat_interleave(mb.clean.shape[1]),
             self.optimality(mb.advantages.reshape(-1)),
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "tracker": self.tracker.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.tracker.load_state_dict(state["tracker"])

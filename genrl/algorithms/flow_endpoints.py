@@ -120,6 +120,7 @@ class EndpointAlgorithm(Algorithm):
         self._lagged: EMA | None = None
         self._lagged_state: dict[str, torch.Tensor] | None = None
         self.lagged_iteration = -1  # the last iteration whose EMA step was taken
+        self.tracker: Any = None  # per-prompt reward statistics, for algorithms that keep them
 
     def setup(self, policy: Any) -> None:
         s = self.train_config.sampler
@@ -262,12 +263,17 @@ class EndpointAlgorithm(Algorithm):
 
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.tracker is not None:
+            state["tracker"] = self.tracker.state_dict()
         lagged = self.lagged
-        if lagged is None:
-            return {}
-        return {"lagged": lagged.state_dict(), "lagged_iteration": self.lagged_iteration}
+        if lagged is not None:
+            state.update(lagged=lagged.state_dict(), lagged_iteration=self.lagged_iteration)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.tracker is not None:
+            self.tracker.load_state_dict(state["tracker"])
         if not self.uses_lagged_copy:
             return
         self.lagged_iteration = int(state.get("lagged_iteration", -1))

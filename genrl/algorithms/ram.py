@@ -106,10 +106,3 @@ class RAM(EndpointAlgorithm):
             t = mb.sigma.repeat_interleave(mb.clean.shape[1]).clamp_min(1e-3)
             time_weights = 2 * (1 - t) / t
         return self.objective(velocity, reference, correction, target, weights, time_weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "tracker": self.tracker.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.tracker.load_state_dict(state["tracker"])
