@@ -1,7 +1,14 @@
 """Advantage estimators: turn rewards (plus group bookkeeping) into per-sample advantages.
 
 Every function here is pure tensor math on the *gathered* batch (all processes), so that a run on
-N processes computes exactly what a run on one process computes.
+N processes computes exactly what a run on one process computes. BranchGRPO's tree estimators
+live in ``genrl/tree_advantages.py``.
+
+The group std comes in both estimators the references use (``std_estimator``): ``population``
+(divide by ``n``; Flow-GRPO's ``np.std``) and ``sample`` (Bessel, divide by ``n - 1``; TRL's and
+verl's ``torch.std``). A group of one sample has no baseline: with the population estimator its
+advantage is exactly 0 (as in Flow-GRPO), the sample estimator is undefined there and refuses it
+(verl keeps the raw score instead, which silently trains such samples on an unbaselined reward).
 """
 
 from __future__ import annotations
@@ -13,11 +20,18 @@ import torch
 
 StdMode = Literal["group", "global", "none"]
 STD_MODES: tuple[str, ...] = ("group", "global", "none")
+StdEstimator = Literal["sample", "population"]
+STD_ESTIMATORS: tuple[str, ...] = ("sample", "population")
 
 
 def _check_std_mode(std_mode: str) -> None:
     if std_mode not in STD_MODES:
         raise ValueError(f"std_mode must be one of {STD_MODES}, got {std_mode!r}")
+
+
+def _check_std_estimator(std_estimator: str) -> None:
+    if std_estimator not in STD_ESTIMATORS:
+        raise ValueError(f"std_estimator must be one of {STD_ESTIMATORS}, got {std_estimator!r}")
 
 
 def group_advantages(
@@ -26,52 +40,82 @@ def group_advantages(
     *,
     std_mode: StdMode = "group",
     eps: float = 1e-4,
+    std_estimator: StdEstimator = "population",
 ) -> torch.Tensor:
-    """Group z-score of GRPO (Shao et al. 2024, eq. 3) as used by Flow-GRPO.
+    """Group z-score of GRPO (Shao et al. 2024, eq. 3).
 
     ``A_i = (r_i - mean_{g(i)}) / (std + eps)`` where ``mean_{g(i)}`` is the mean reward of sample
-    ``i``'s group and ``std`` is the population standard deviation of that group (``"group"``),
-    of the whole batch (``"global"``, Flow-GRPO's ``global_std``), or 1 (``"none"``, Dr.GRPO).
+    ``i``'s group and ``std`` is the standard deviation (``std_estimator``) of that group
+    (``"group"``), of the whole batch (``"global"``, Flow-GRPO's ``global_std``, TRL's
+    ``scale_rewards="batch"``), or 1 (``"none"``, Dr.GRPO).
 
     Args:
-        rewards: ``[N]`` float rewards.
+        rewards: ``[N]`` float rewards, or ``[N, T]`` (one reward per step, e.g. Flow-GRPO's
+            ``kl_reward``): every column is normalised on its own.
         group_ids: ``[N]`` integer ids; samples with the same id form one group.
         std_mode: which standard deviation divides the centred reward.
         eps: added to the std so that zero-variance groups give advantage 0, not NaN.
+        std_estimator: ``population`` or ``sample`` (Bessel).
 
     Returns:
-        ``[N]`` float32 advantages.
+        float32 advantages of ``rewards``' shape.
     """
     _check_std_mode(std_mode)
+    _check_std_estimator(std_estimator)
     rewards = rewards.float()
-    if rewards.shape != group_ids.shape or rewards.ndim != 1:
+    if rewards.ndim not in (1, 2) or rewards.shape[0] != group_ids.shape[0] or group_ids.ndim != 1:
         raise ValueError(
-            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]"
+            f"rewards {tuple(rewards.shape)} must be [N] or [N, T] and group_ids "
+            f"{tuple(group_ids.shape)} [N]"
         )
-    means, group_std, inverse = group_moments(rewards, group_ids)
+    unbiased = std_estimator == "sample"
+    means, group_std, inverse = group_moments(rewards, group_ids, unbiased=unbiased)
     centred = rewards - means[inverse]
     if std_mode == "none":
         return centred
     if std_mode == "global":
-        std = rewards.std(unbiased=False)
-        return centred / (std + eps)
-    return centred / (group_std[inverse] + eps)
+        std = rewards.std(dim=0, unbiased=unbiased and rewards.shape[0] > 1)
+        return _divide(centred, std + eps)
+    if unbiased:
+        _refuse_singletons(group_ids)
+    return _divide(centred, group_std[inverse] + eps)
+
+
+def _divide(centred: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``centred / scale``, and 0 where the scale is 0 (a flat group with ``eps = 0``, whose
+    centred rewards are exactly 0)."""
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.where(scale > 0, centred / safe, torch.zeros_like(centred))
+
+
+def _refuse_singletons(group_ids: torch.Tensor) -> None:
+    _, counts = torch.unique(group_ids, return_counts=True)
+    if bool((counts < 2).any()):
+        raise ValueError(
+            "a group holds a single sample: the sample std of one value is undefined and the "
+            "sample has no baseline (train with group_size >= 2)"
+        )
 
 
 def group_moments(
-    values: torch.Tensor, group_ids: torch.Tensor
+    values: torch.Tensor, group_ids: torch.Tensor, *, unbiased: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-group mean and population std of ``values`` ``[N]``, without a Python loop.
+    """Per-group mean and std of ``values`` ``[N]`` or ``[N, T]`` (per column), without a
+    Python loop. ``unbiased`` divides the squared deviations by ``n - 1`` (a group of one then
+    gets std 0).
 
     Returns:
-        ``means [G]``, ``stds [G]`` and ``inverse [N]`` (each sample's group index into them).
+        ``means [G, ...]``, ``stds [G, ...]`` and ``inverse [N]`` (each sample's group index).
     """
     values = values.float()
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    zeros = torch.zeros(counts.numel(), dtype=values.dtype, device=values.device)
+    counts = counts.to(values.device, values.dtype).view(-1, *([1] * (values.ndim - 1)))
+    inverse = inverse.to(values.device)
+    zeros = torch.zeros((len(counts), *values.shape[1:]), dtype=values.dtype, device=values.device)
     means = zeros.index_add(0, inverse, values) / counts
-    variances = zeros.index_add(0, inverse, (values - means[inverse]).square()) / counts
-    return means, variances.sqrt(), inverse
+    squares = zeros.index_add(0, inverse, (values - means[inverse]).square())
+    divisor = (counts - 1).clamp(min=1) if unbiased else counts
+    return means, (squares / divisor).sqrt(), inverse
 
 
 def clip_advantages(advantages: torch.Tensor, max_abs: float | None) -> torch.Tensor:
@@ -108,50 +152,69 @@ class PerPromptStatTracker:
         std_mode: ``"group"`` (per-prompt std), ``"global"`` (std of the whole current batch) or
             ``"none"``.
         history: how many calls' rewards to pool per prompt (>= 1).
-        eps: added to the std.
+        eps: added to the std (Flow-GRPO: 1e-4).
+        std_estimator: ``population`` (Flow-GRPO's ``np.std``) or ``sample``.
     """
 
-    def __init__(self, std_mode: StdMode = "group", history: int = 1, eps: float = 1e-4) -> None:
+    def __init__(
+        self,
+        std_mode: StdMode = "group",
+        history: int = 1,
+        eps: float = 1e-4,
+        std_estimator: StdEstimator = "population",
+    ) -> None:
         _check_std_mode(std_mode)
+        _check_std_estimator(std_estimator)
         if history < 1:
             raise ValueError(f"history must be >= 1, got {history}")
         self.std_mode: StdMode = std_mode
         self.history = history
         self.eps = eps
+        self.std_estimator: StdEstimator = std_estimator
         self._past: dict[str, deque[list[float]]] = {}
 
     def update(self, prompts: list[str], rewards: torch.Tensor) -> torch.Tensor:
-        """Advantages ``[N]`` for the gathered batch, then remember its rewards."""
+        """Advantages for the gathered batch (``[N]``, or ``[N, T]`` with one reward per step,
+        each column normalised on its own), then remember its rewards."""
         rewards = rewards.float()
-        if len(prompts) != rewards.numel():
-            raise ValueError(f"{len(prompts)} prompts but {rewards.numel()} rewards")
+        if len(prompts) != rewards.shape[0]:
+            raise ValueError(f"{len(prompts)} prompts but {rewards.shape[0]} rewards")
+        if rewards.ndim != 1 and self.history > 1:
+            raise ValueError("per-step rewards [N, T] cannot be pooled over iterations (history)")
         index: dict[str, int] = {}
         ids = torch.tensor([index.setdefault(p, len(index)) for p in prompts], dtype=torch.long)
         if self.history == 1:
-            advantages = group_advantages(rewards, ids, std_mode=self.std_mode, eps=self.eps)
-        else:
-            advantages = self._with_history(prompts, rewards, ids, index)
-        if self.history > 1:
-            for prompt, gid in index.items():
-                past = self._past.setdefault(prompt, deque(maxlen=self.history - 1))
-                past.append(rewards[ids == gid].tolist())
+            return group_advantages(
+                rewards,
+                ids,
+                std_mode=self.std_mode,
+                eps=self.eps,
+                std_estimator=self.std_estimator,
+            )
+        advantages = self._with_history(rewards, ids, index)
+        for prompt, gid in index.items():
+            past = self._past.setdefault(prompt, deque(maxlen=self.history - 1))
+            past.append(rewards[ids == gid].tolist())
         return advantages
 
     def _with_history(
-        self, prompts: list[str], rewards: torch.Tensor, ids: torch.Tensor, index: dict[str, int]
+        self, rewards: torch.Tensor, ids: torch.Tensor, index: dict[str, int]
     ) -> torch.Tensor:
+        unbiased = self.std_estimator == "sample"
         means = torch.empty(len(index))
         stds = torch.empty(len(index))
         for prompt, gid in index.items():
             pooled = [r for past in self._past.get(prompt, ()) for r in past]
             pooled_t = torch.cat([torch.tensor(pooled, dtype=torch.float32), rewards[ids == gid]])
+            if unbiased and len(pooled_t) < 2:
+                _refuse_singletons(torch.zeros(1))
             means[gid] = pooled_t.mean()
-            stds[gid] = pooled_t.std(unbiased=False)
+            stds[gid] = pooled_t.std(unbiased=unbiased)
         centred = rewards - means[ids]
         if self.std_mode == "none":
             return centred
         if self.std_mode == "global":
-            return centred / (rewards.std(unbiased=False) + self.eps)
+            return centred / (rewards.std(unbiased=unbiased) + self.eps)
         return centred / (stds[ids] + self.eps)
 
     def clear(self) -> None:
@@ -244,79 +307,18 @@ def sequence_advantages(
     estimator: Literal["group", "rloo"],
     std_mode: StdMode = "group",
     max_abs: float | None = None,
+    *,
+    eps: float = 1e-4,
+    std_estimator: StdEstimator = "sample",
 ) -> torch.Tensor:
-    """The GRPO family's per-sequence advantages: group z-score (``std_mode``) or leave-one-out,
-    then clipped to ``+-max_abs``."""
+    """The GRPO family's per-sequence advantages: group z-score (``std_mode``, ``eps``,
+    ``std_estimator``) or leave-one-out, then clipped to ``+-max_abs``."""
     if estimator == "rloo":
         advantages = rloo_advantages(rewards, group_ids)
     elif estimator == "group":
-        advantages = group_advantages(rewards, group_ids, std_mode=std_mode)
+        advantages = group_advantages(
+            rewards, group_ids, std_mode=std_mode, eps=eps, std_estimator=std_estimator
+        )
     else:
         raise ValueError(f"advantage estimator must be 'group' or 'rloo', got {estimator!r}")
     return clip_advantages(advantages, max_abs)
-
-
-def tree_values(
-    leaf_rewards: torch.Tensor,
-    edges_per_step: list[int],
-    path_log_probs: list[torch.Tensor] | None = None,
-) -> list[torch.Tensor]:
-    """BranchGRPO's reward fusion: the value of every edge of a tree from its leaves' rewards.
-
-    The leaves below an edge form a contiguous block (children are numbered consecutively), so an
-    edge of step ``t`` owns ``L / edges_per_step[t]`` leaves. Its value is their mean, or with
-    ``path_log_probs`` the probability-weighted mean ``sum_l softmax(log p(path to l)) r_l``,
-    where ``log p`` sums the log-probs of the edges below this one on the way to ``l`` (computed
-    with ``logsumexp``, stable for log-probs of any size).
-
-    Args:
-        leaf_rewards: ``[R, L]`` rewards of each tree's leaves.
-        edges_per_step: ``T`` edge counts per tree (``L`` divisible by each).
-        path_log_probs: ``T`` tensors ``[R, edges_per_step[t]]``, the edges' log-probs.
-
-    Returns:
-        ``T`` tensors ``[R, edges_per_step[t]]`` of edge values (float32).
-    """
-    rewards = leaf_rewards.double()
-    num_trees, num_leaves = rewards.shape
-    steps = len(edges_per_step)
-    if any(num_leaves % e for e in edges_per_step):
-        raise ValueError(f"{num_leaves} leaves do not split evenly into {edges_per_step} edges")
-    if path_log_probs is None:
-        return [
-            rewards.view(num_trees, e, num_leaves // e).mean(-1).float() for e in edges_per_step
-        ]
-    # below[t][r, l]: log-prob of leaf l's path strictly after step t (0 after the last step).
-    below = [torch.zeros(num_trees, num_leaves, dtype=torch.float64)] * steps
-    running = torch.zeros(num_trees, num_leaves, dtype=torch.float64)
-    for t in range(steps - 1, -1, -1):
-        below[t] = running
-        e = edges_per_step[t]
-        per_leaf = path_log_probs[t].double().repeat_interleave(num_leaves // e, dim=1)
-        running = running + per_leaf
-    values = []
-    for t, e in enumerate(edges_per_step):
-        logits = below[t].view(num_trees, e, num_leaves // e)
-        weights = torch.softmax(logits, dim=-1)
-        values.append((weights * rewards.view(num_trees, e, -1)).sum(-1).float())
-    return values
-
-
-def depthwise_advantages(values: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
-    """BranchGRPO's depth-wise advantages: each step's edge values z-scored within each tree.
-
-    ``A = (v - mean_depth) / (std_depth + eps)`` over the ``[R, E_t]`` edges of one tree at one
-    step (population std). A step with one edge per tree (before the first split) or with equal
-    values gets exactly 0: it carries no preference between branches.
-    """
-    advantages = []
-    for v in values:
-        v = v.double()
-        if v.shape[1] < 2:
-            advantages.append(torch.zeros_like(v, dtype=torch.float32))
-            continue
-        centred = v - v.mean(dim=1, keepdim=True)
-        std = v.std(dim=1, unbiased=False, keepdim=True)
-        a = torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred))
-        advantages.append(a.float())
-    return advantages

@@ -169,7 +169,8 @@ class BatchCollector:
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
-        advantages = self.advantages(rollout, scores, global_prompts, global_group_ids)
+        inputs = {k: gather(v, acc) for k, v in self.algorithm.advantage_inputs(rollout).items()}
+        advantages = self.advantages(rollout, scores, global_prompts, global_group_ids, inputs)
         if round_index:
             global_group_ids = global_group_ids + round_index * per_round
             rollout.group_ids = rollout.group_ids + round_index * per_round
@@ -189,6 +190,7 @@ class BatchCollector:
         scores: dict[str, torch.Tensor],
         global_prompts: list[str],
         global_group_ids: torch.Tensor,
+        inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Phase 4: the training reward (weighted sum, or GDPO's normalise-then-sum) and the
         algorithm's advantages of the gathered batch; this process's slice goes to ``rollout``."""
@@ -196,7 +198,9 @@ class BatchCollector:
         if self.config.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
             rewards = decoupled_group_rewards(scores, weights, global_group_ids)
-        advantages = self.algorithm.advantages(rewards, global_prompts, global_group_ids)
+        advantages = self.algorithm.advantages(
+            rewards, global_prompts, global_group_ids, **(inputs or {})
+        )
         rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
         return advantages
 

@@ -12,7 +12,8 @@ integer seed, so the old, current and reference policies score exactly the same 
 * ``maskgrpo`` (MaskGRPO): a mask ratio rising over the inner iterations,
   ``t_j = min(m + (1 - m)(j + 1) / mu, 0.999)``, applied with "fading-out" masking for text:
   keep probability ``p_n = min(1, d_n (1 - t) L / sum d)`` with ``d = linspace(1, 0, L)``, so
-  later tokens are masked more often; only re-masked tokens count; the prompt is never masked.
+  later tokens are masked more often; only re-masked tokens count (after the end token too,
+  as in the released code); the prompt is never masked.
 * ``random_ratio`` (UniGRPO, MMaDA): a ratio ``t ~ U[0.1, 0.9]`` per sample, each completion
   token masked with probability ``t``; masked tokens count.
 * ``trace`` (TraceRL): each token scored in the state in which the sampler revealed it, one
@@ -88,14 +89,21 @@ class OneStepEstimator(LikelihoodEstimator):
 
 
 class FadingMaskEstimator(LikelihoodEstimator):
-    """MaskGRPO's rising mask ratio with fading-out masking; re-masked tokens count."""
+    """MaskGRPO's rising mask ratio with fading-out masking; re-masked tokens count.
+
+    With ``count_tail`` (the released code's behaviour: its loss mask is the re-masking mask,
+    ``grpo/mask_grpo_trainer.py`` of martian422/MaskGRPO) positions after the end token are
+    masked and counted like the others, so a view never shows where the answer ends; without
+    it they stay visible and uncounted.
+    """
 
     name = "maskgrpo"
 
-    def __init__(self, ratio_floor: float = 0.6) -> None:
+    def __init__(self, ratio_floor: float = 0.6, count_tail: bool = True) -> None:
         if not 0 <= ratio_floor < 1:
             raise ValueError(f"mask ratio floor must lie in [0, 1), got {ratio_floor}")
         self.ratio_floor = ratio_floor
+        self.count_tail = count_tail
 
     def mask_ratio(self, iteration: int, num_iterations: int) -> float:
         m = self.ratio_floor
@@ -113,7 +121,9 @@ class FadingMaskEstimator(LikelihoodEstimator):
         ratio = self.mask_ratio(iteration, num_iterations)
         keep = self.keep_probabilities(completion.shape[1], ratio)
         draw = torch.rand(completion.shape, generator=self.generator(seed))
-        hidden = (draw >= keep).to(completion.device) & valid
+        hidden = (draw >= keep).to(completion.device)
+        if not self.count_tail:
+            hidden &= valid
         return [MaskedView(prompt, completion.masked_fill(hidden, mask_token_id), hidden)]
 
 

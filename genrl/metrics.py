@@ -83,7 +83,8 @@ def console_line(iteration: int, total: int, metrics: dict[str, float]) -> str:
         parts.append(f"reward {metrics['reward/mean']:.3f}±{metrics.get('reward/std', 0.0):.3f}")
     if "eval/reward" in metrics:
         parts.append(f"eval {metrics['eval/reward']:.3f}")
-    for key, label in (("loss/kl", "kl"), ("loss/clip_fraction", "clip"), ("grad_norm", "|g|")):
+    kl_key = "loss/kl" if "loss/kl" in metrics else "loss/kl_loss"
+    for key, label in ((kl_key, "kl"), ("loss/clip_fraction", "clip"), ("grad_norm", "|g|")):
         if key in metrics:
             parts.append(f"{label} {metrics[key]:.2e}")
     if "time/iteration_s" in metrics:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from genrl.algorithms.base import RolloutNoise
+from genrl.algorithms.base import RolloutNoise, StepContext
 from genrl.config import TrainConfig
 from genrl.ema import EMA
 from genrl.metrics import MeanAccumulator
@@ -45,8 +45,9 @@ class Updater:
         )
         policy.module, self.optimizer = accelerator.prepare(policy.module, optimizer)
         self.ema = EMA(policy.network, o.ema_decay, o.ema_every) if o.ema_decay else None
-        minibatches = math.ceil(units_per_iteration / t.minibatch_size)
-        steps_per_epoch = math.ceil(minibatches / t.gradient_accumulation_steps)
+        self.planned_units = units_per_iteration
+        self.planned_minibatches = math.ceil(units_per_iteration / t.minibatch_size)
+        steps_per_epoch = math.ceil(self.planned_minibatches / t.gradient_accumulation_steps)
         self.total_steps = t.iterations * t.inner_epochs * steps_per_epoch
         self.steps = 0
 
@@ -71,15 +72,17 @@ class Updater:
         first_ratio_deviation = None
         for epoch in range(t.inner_epochs):
             order = noise.local_permutation(20_000 + epoch, len(units))
-            chunks = list(order.split(t.minibatch_size))
+            chunks = self._minibatches(order)
+            tokens = self._tokens_per_minibatch(algorithm, units, chunks)
             for k, index in enumerate(chunks):
                 # The last accumulation window of an epoch may be shorter: divide by its size.
                 window_start = (k // accumulate) * accumulate
                 window = min(accumulate, len(chunks) - window_start)
                 is_step = k == window_start + window - 1
                 sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
+                step = StepContext(window, tokens[k // accumulate] if tokens else None)
                 with sync, acc.autocast():
-                    loss, metrics = algorithm.loss(self.policy, units.select(index))
+                    loss, metrics = algorithm.loss(self.policy, units.select(index), step)
                     if not torch.isfinite(loss):
                         terms = ", ".join(f"{k2}={v:.4g}" for k2, v in metrics.items())
                         raise NonFiniteLossError(
@@ -103,6 +106,37 @@ class Updater:
         out["lr"] = self.lr(max(0, self.steps - 1))
         out["optimizer_steps"] = float(self.steps)
         return out
+
+    def _minibatches(self, order: torch.Tensor) -> list[torch.Tensor]:
+        """``minibatch_size`` units at a time; an algorithm that trains fewer units than planned
+        (Flow-GRPO leaving zero-advantage trajectories out) still gets the planned number of
+        minibatches, smaller ones, so that every process takes the same optimizer steps."""
+        size = self.config.train.minibatch_size
+        if len(order) >= self.planned_units or len(order) < self.planned_minibatches:
+            return list(order.split(size))
+        return list(order.tensor_split(self.planned_minibatches))
+
+    def _tokens_per_minibatch(
+        self, algorithm: Any, units: Any, chunks: list[torch.Tensor]
+    ) -> list[float]:
+        """Per accumulation window, the mean number of loss tokens per minibatch over the window
+        and all processes (DAPO's token mean divides by it); empty when the algorithm does not
+        count tokens. One all-reduce per epoch."""
+        accumulate = self.config.train.gradient_accumulation_steps
+        windows = [chunks[i : i + accumulate] for i in range(0, len(chunks), accumulate)]
+        counts = [
+            [algorithm.loss_tokens(units.select(index)) for index in window] for window in windows
+        ]
+        if not counts or counts[0][0] is None:
+            return []
+        device = self.accelerator.device
+        totals = torch.tensor([float(sum(c)) for c in counts], device=device)
+        if self.accelerator.num_processes > 1:
+            totals = self.accelerator.reduce(totals, reduction="sum")
+        processes = self.accelerator.num_processes
+        return [
+            float(total) / (processes * len(w)) for total, w in zip(totals, windows, strict=True)
+        ]
 
     def _step(self) -> dict[str, float]:
         o = self.config.optim

@@ -103,7 +103,12 @@ class FlowTrajectory(Batch):
         log_probs: ``[N, T]`` float32 log-probs of each transition at sampling time.
         trainable_steps: ``[N, T]`` bool, True where the transition was drawn stochastically and
             may be trained (all True for a pure SDE rollout).
-        advantages: ``[N]`` float32, filled after rewards (zeros until then).
+        advantages: ``[N]`` float32, or ``[N, T]`` with one advantage per step; filled after
+            rewards (zeros until then).
+        step_kl: ``[N, T]`` KL of each stochastic step to the reference policy, measured while
+            sampling (Flow-GRPO's ``kl_reward``); None when not measured.
+        means: ``[N, T, *event]`` each step's transition mean at sampling time (GRPO-Guard's
+            ratio normalisation); None when not kept.
     """
 
     prompts: list[str]
@@ -113,6 +118,8 @@ class FlowTrajectory(Batch):
     log_probs: torch.Tensor
     trainable_steps: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    step_kl: torch.Tensor | None = None
+    means: torch.Tensor | None = None
 
     @property
     def final(self) -> torch.Tensor:
@@ -147,7 +154,8 @@ class FlowTransitions(Batch):
         next_sample: ``[U, *event]`` state after the step (the action being scored).
         timestep_index: ``[U]`` long step index into the sampler's sigmas.
         old_log_probs: ``[U]`` log-prob recorded at rollout time.
-        advantages: ``[U]`` advantage of the trajectory the transition belongs to.
+        advantages: ``[U]`` advantage of the transition (its trajectory's, or its step's).
+        old_means: ``[U, *event]`` transition mean at rollout time (GRPO-Guard); None if unused.
     """
 
     rows: torch.Tensor
@@ -157,6 +165,7 @@ class FlowTransitions(Batch):
     timestep_index: torch.Tensor
     old_log_probs: torch.Tensor
     advantages: torch.Tensor
+    old_means: torch.Tensor | None = None
 
     @property
     def condition(self) -> dict[str, torch.Tensor]:

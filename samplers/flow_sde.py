@@ -63,3 +63,10 @@ class FlowSDESampler(GaussianFlowSampler):
 
     def _coefficient_table(self, sigma: torch.Tensor, sigma_next: torch.Tensor) -> torch.Tensor:
         return reverse_sde_coefficients(sigma, sigma_next, self.diffusion_coefficient(sigma))
+
+    def _reference_std_table(self, sigma: torch.Tensor, sigma_next: torch.Tensor) -> torch.Tensor:
+        """The diffusion coefficient ``sigma_s`` without ``sqrt(-dt)``: what Flow-GRPO's
+        ``sde_step_with_logprob`` returns as ``std_dev_t`` (since its commit 2d76907) and its
+        ``train_sd3.py`` KL divides by."""
+        del sigma_next
+        return self.diffusion_coefficient(sigma)

@@ -71,6 +71,7 @@ class GaussianFlowSampler(ABC):
                 f"noise_level={noise_level} and these sigmas"
             )
         self._coefficients = table  # [3, T]: sample coefficient, velocity coefficient, std
+        self._reference_std = self._reference_std_table(self.sigmas[:-1], self.sigmas[1:])
         # A Python copy of which steps are random, so that an int-index step (the rollout loop)
         # can skip the log-density of a deterministic step without reading a device tensor.
         self._random_step: list[bool] = (table[2] > 0).tolist()
@@ -83,6 +84,17 @@ class GaussianFlowSampler(ABC):
         ``sigma`` and ``sigma_next`` are ``sigmas[:-1]`` and ``sigmas[1:]``; ``self.sigmas`` and
         ``self.noise_level`` are already set.
         """
+
+    def _reference_std_table(self, sigma: torch.Tensor, sigma_next: torch.Tensor) -> torch.Tensor:
+        """``[T]``: the per-step std that the sampler's reference implementation returns as
+        ``std_dev_t`` (what its KL divides by); by default the transition std itself."""
+        del sigma, sigma_next
+        return self._coefficients[2]
+
+    def reference_std(self, timestep_index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """``[B]`` reference ``std_dev_t`` of each sample's step (see ``_reference_std_table``)."""
+        index = torch.as_tensor(timestep_index, device=like.device, dtype=torch.long)
+        return self._reference_std.to(like.device)[index].expand(like.shape[0])
 
     @property
     def num_steps(self) -> int:

@@ -219,3 +219,43 @@ def test_decoupled_rewards_keep_combinations_that_a_summed_reward_collapses():
     assert summed.tolist() == [1.0, -1.0, 1.0, -1.0]
     decoupled = decoupled_group_rewards({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, groups, eps=0.0)
     assert decoupled[2] == pytest.approx(2 * decoupled[0]) and decoupled[0] > 0
+
+
+def test_sample_std_by_hand() -> None:
+    """TRL and verl divide by ``torch.std`` (Bessel): id 7 [1, 3] -> std sqrt(2); id 3
+    [2, 4, 6] -> std 2; id 9 [5, 5] -> 0."""
+    r2 = math.sqrt(2)
+    expected = torch.tensor(
+        [-1 / (r2 + EPS), -2 / (2 + EPS), 1 / (r2 + EPS), 0.0, 2 / (2 + EPS), 0.0, 0.0]
+    )
+    got = group_advantages(REWARDS, IDS, std_estimator="sample")
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    # Global std with Bessel: 136/49 * 7/6 = 136/42.
+    glob = group_advantages(REWARDS, IDS, std_mode="global", std_estimator="sample")
+    std = math.sqrt(136 / 42)
+    torch.testing.assert_close(glob, torch.tensor([c / (std + EPS) for c in CENTRED]))
+
+
+def test_singleton_group_is_refused_by_the_sample_estimator() -> None:
+    # Population: a lone sample is its own mean, advantage exactly 0 (Flow-GRPO's np.std).
+    got = group_advantages(torch.tensor([4.0, 1.0, 3.0]), torch.tensor([0, 1, 1]))
+    assert got[0].item() == 0.0
+    # Sample: std of one value is undefined; refused rather than verl's raw score.
+    with pytest.raises(ValueError, match="single sample"):
+        group_advantages(
+            torch.tensor([4.0, 1.0, 3.0]), torch.tensor([0, 1, 1]), std_estimator="sample"
+        )
+
+
+def test_per_step_rewards_are_normalised_column_by_column() -> None:
+    """Flow-GRPO's ``kl_reward``: rewards ``[N, T]``, one column per step, each normalised on
+    its own within the groups (its stat tracker works along axis 0)."""
+    rewards = torch.tensor([[1.0, 10.0], [3.0, 10.0], [2.0, 0.0], [4.0, 8.0]])
+    ids = torch.tensor([0, 0, 1, 1])
+    got = group_advantages(rewards, ids, eps=0.0)
+    # Column 0: groups [1, 3] and [2, 4] -> -1, 1, -1, 1; column 1: [10, 10] -> 0, 0; [0, 8] -> -1, 1.
+    assert got.tolist() == [[-1.0, 0.0], [1.0, 0.0], [-1.0, -1.0], [1.0, 1.0]]
+    tracker = PerPromptStatTracker(eps=0.0)
+    torch.testing.assert_close(tracker.update(["a", "a", "b", "b"], rewards), got)
+    with pytest.raises(ValueError, match="history"):
+        PerPromptStatTracker(history=2).update(["a", "a", "b", "b"], rewards)

@@ -9,7 +9,10 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
+from genrl.algorithms.tree_pruning import kept_edges, num_kept_edges, pruned_depths
 from genrl.overrides import ConfigError
+from genrl.tree_advantages import depthwise_advantages, edge_advantages_per_leaf, node_values
+from samplers.tree import TreeSchedule
 
 TREE = ("algorithm.name=branch_grpo", "algorithm.split_steps=[0, 1]", "algorithm.branching=[2, 2]")
 TREE += ("algorithm.clip_range=2e-3",)
@@ -24,10 +27,21 @@ TREE += ("algorithm.clip_range=2e-3",)
             "algorithm.fusion=probability",
             "algorithm.kl_beta=0.01",
         ),
+        ("algorithm.split_noise_scale=4", "algorithm.split_log_prob=drawn"),
         ("algorithm.width_pruning=sibling_top", "algorithm.train_steps=[0, 1, 2]"),
+        ("algorithm.width_pruning=last_split_top", "algorithm.fusion=path_probability"),
+        ("algorithm.width_pruning=last_split_best_worst",),
         ("algorithm.ode_steps=[3]",),
     ],
-    ids=["plain", "split_noise_probability_kl", "pruned", "mix"],
+    ids=[
+        "plain",
+        "split_level_probability_kl",
+        "split_scale_drawn",
+        "pruned",
+        "reference_mode_1",
+        "reference_mode_2",
+        "mix",
+    ],
 )
 def test_two_branch_grpo_steps_train(tmp_path: Path, variant: tuple[str, ...]) -> None:
     trainer = Trainer(tiny_config(tmp_path, *TREE, *variant), run_dir=tmp_path / "run")
@@ -54,12 +68,39 @@ def test_units_by_hand(tmp_path: Path) -> None:
     assert algorithm.num_units(16) == 4 * 2
 
 
-def test_pruning_keeps_the_largest_advantages_among_siblings(tmp_path: Path) -> None:
-    config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=sibling_top")
-    algorithm = Trainer(config, run_dir=tmp_path / "run").algorithm
-    advantage = torch.tensor([[0.5, -2.0, 1.0, 0.1]])  # siblings (0, 1) and (2, 3)
-    assert algorithm._keep_mask(advantage, factor=2).tolist() == [[False, True, True, False]]
-    assert algorithm._keep_mask(advantage, factor=1).all()
+def test_sibling_top_keeps_the_largest_advantages_among_siblings() -> None:
+    schedule = TreeSchedule(4, (0, 1), (2, 2))
+    advantage = {t: torch.zeros(1, schedule.edges(t)) for t in range(4)}
+    advantage[1] = torch.tensor([[0.5, -2.0, 1.0, 0.1]])  # siblings (0, 1) and (2, 3)
+    kept = kept_edges(schedule, [1, 2], advantage, "sibling_top", 0.5)
+    assert kept[1].tolist() == [1, 2]  # the larger |A| of each pair
+    assert kept[2].tolist() == [0, 1, 2, 3]  # step 2 does not split: untouched
+
+
+def test_reference_width_pruning_modes_by_hand() -> None:
+    """The reference's modes act on the transitions after the last split (steps 2 and 3 of a
+    tree that splits at 0 and 1 into 4 chains): mode 1 keeps each chain's top
+    ``max(1, int(2 * 0.5)) = 1`` step by signed advantage (the earlier one on ties), mode 2
+    the best ``k // 2`` and the worst ``k - k // 2`` of all, ``k = max(2, int(8 * 0.5)) = 4``."""
+    schedule = TreeSchedule(4, (0, 1), (2, 2))
+    advantage = {
+        0: torch.tensor([[0.3, -0.3]]),
+        1: torch.tensor([[1.0, -1.0, 0.2, -0.2]]),
+        2: torch.tensor([[1.0, -1.0, 0.2, -0.2]]),
+        3: torch.tensor([[1.5, -1.5, 0.2, -0.1]]),
+    }
+    steps = [0, 1, 2, 3]
+    top = kept_edges(schedule, steps, advantage, "last_split_top", 0.5)
+    assert top[0].tolist() == [0, 1] and top[1].tolist() == [0, 1, 2, 3]  # before: untouched
+    # Chain 0: 1.0 (step 2) < 1.5 (step 3) -> step 3; chain 1: -1.0 > -1.5 -> step 2;
+    # chain 2: a tie (0.2, 0.2) -> step 2; chain 3: -0.2 < -0.1 -> step 3.
+    assert top[2].tolist() == [1, 2] and top[3].tolist() == [0, 3]
+    extremes = kept_edges(schedule, steps, advantage, "last_split_best_worst", 0.5)
+    # Best two: 1.5 (chain 0, step 3), 1.0 (chain 0, step 2); worst two: -1.5, -1.0 (chain 1).
+    assert extremes[2].tolist() == [0, 1] and extremes[3].tolist() == [0, 1]
+    for mode in ("last_split_top", "last_split_best_worst", "sibling_top", "best_worst_paths"):
+        count = sum(len(v) for v in kept_edges(schedule, steps, advantage, mode, 0.5).values())
+        assert count == num_kept_edges(schedule, steps, 1, mode, 0.5)
 
 
 @pytest.mark.parametrize(
@@ -113,13 +154,13 @@ def test_branch_grpo_on_the_tiny_sd3_pipeline(tmp_path: Path) -> None:
 
 
 def test_best_worst_pruning_trains_the_extreme_paths(tmp_path: Path) -> None:
-    config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=best_worst")
+    config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=best_worst_paths")
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
     units = trainer.algorithm.training_units(batch.rollout, batch.noise)
     assert len(units) == trainer.algorithm.num_units(16) == 4 * 4 * 2  # 4 trees, 4 steps, 2 paths
     tree = batch.rollout.tree
-    leaf = batch.rollout.advantages.view(4, 4)
+    leaf = batch.rollout.advantages[:, -1].view(4, 4)  # the leaves' own edges
     best = int(leaf[0].argmax())
     # Tree 0's best path at the last step is its best leaf's own edge.
     last = units.timestep_index == 3
@@ -172,26 +213,67 @@ def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
 
 
 def test_sliding_depth_pruning_window_by_hand(tmp_path: Path) -> None:
-    """Prune step 3, slide one step earlier every iteration, never before step 1."""
+    """Depths as the reference counts them (the edges of step t enter depth t + 1): prune depth
+    4, slide one depth shallower every iteration, never shallower than depth 2."""
     from genrl.algorithms.base import RolloutNoise
 
     config = tiny_config(
-        tmp_path, *TREE, "algorithm.depth_pruning=[3]", "algorithm.depth_pruning_slide_every=1",
-        "algorithm.depth_pruning_stop=1",
+        tmp_path, *TREE, "algorithm.depth_pruning=[4]", "algorithm.depth_pruning_slide_every=1",
+        "algorithm.depth_pruning_stop=2",
     )  # fmt: skip
-    algorithm = config.algorithm
-    assert [algorithm.pruned_depths(i) for i in range(4)] == [[3], [2], [1], [1]]
-    assert algorithm.trained_steps(4, iteration=1) == [0, 1, 3]
+    assert [pruned_depths([4], 1, 2, i) for i in range(4)] == [[4], [3], [2], [2]]
+    assert config.algorithm.trained_steps(4, iteration=1) == [0, 1, 3]
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
     for iteration, expected in ((0, {0, 1, 2}), (2, {0, 2, 3})):
         noise = RolloutNoise(0, iteration, 16, slice(0, 16))
         units = trainer.algorithm.training_units(batch.rollout, noise)
         assert set(units.timestep_index.tolist()) == expected
-    # Without sliding the window stays; the default stop is the last split step.
-    static = tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[2, 3]").algorithm
-    assert static.pruned_depths(50) == [2, 3]
+    # Without sliding the window stays; by default it stops at the last split step's depth.
+    static = tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[3, 4]").algorithm
+    assert static.trained_steps(4, iteration=50) == [0, 1]
     slid = tiny_config(
-        tmp_path, *TREE, "algorithm.depth_pruning=[2, 3]", "algorithm.depth_pruning_slide_every=1"
+        tmp_path, *TREE, "algorithm.depth_pruning=[3, 4]", "algorithm.depth_pruning_slide_every=1"
     )
-    assert slid.algorithm.pruned_depths(50) == [1, 2]  # the last split step is 1
+    assert slid.algorithm.trained_steps(4, iteration=50) == [2, 3]  # depths 1, 2 pruned
+    # The reference's --pruning_step_ratio: prune during the first half of 4 iterations only.
+    late = tiny_config(
+        tmp_path, *TREE, "algorithm.depth_pruning=[4]", "algorithm.pruning_fraction=0.5"
+    )
+    assert late.algorithm.trained_steps(4, iteration=2, iterations=4) == [0, 1, 2]
+    assert late.algorithm.trained_steps(4, iteration=3, iterations=4) == [0, 1, 2, 3]
+    with pytest.raises(ConfigError, match="child depths"):
+        tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[0]").validate()
+
+
+def test_noise_at_float_level_gives_zero_advantages(tmp_path: Path) -> None:
+    """Issue 13's example: leaf rewards equal up to 1.2e-7 train on advantages of exactly 0
+    (the reference's depth std threshold), not on O(1) advantages of normalised noise."""
+    trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "run")
+    tree = torch.tensor([0.5, 0.5 + 1.2e-7, 0.5 - 0.6e-7, 0.5 + 0.6e-7])
+    rewards = torch.cat([tree, torch.tensor([0.1, 0.9, 0.4, 0.6])])
+    advantages = trainer.algorithm.advantages(rewards, [""] * 8, torch.tensor([0] * 4 + [1] * 4))
+    assert advantages.shape == (8, 4)
+    assert float(advantages[:4].abs().max()) == 0.0
+    # The second tree: step 0's two edges own leaves (0.1, 0.9) and (0.4, 0.6): equal means,
+    # advantage 0; the last step's edges are the leaves, z-scored with the sample std.
+    assert advantages[4:, 0].tolist() == [0.0] * 4
+    leaves = torch.tensor([0.1, 0.9, 0.4, 0.6])
+    expected = (leaves - 0.5) / (leaves.std() + 1e-8)
+    torch.testing.assert_close(advantages[4:, 3], expected)
+
+
+def test_probability_fusion_reads_the_trees_edge_log_probs(tmp_path: Path) -> None:
+    """The trainer gathers each leaf's path log-probs; the algorithm rebuilds the edges' own
+    log-probs from them and fuses like ``node_values`` on the tree's log-probs directly."""
+    config = tiny_config(tmp_path, *TREE, "algorithm.fusion=probability")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    tree, schedule = batch.rollout.tree, trainer.algorithm.schedule
+    factors = [schedule.factor(t) for t in range(4)]
+    log_probs = [lp.view(4, -1) for lp in tree.log_probs]
+    rewards = batch.scores[trainer.reward.name]
+    values = node_values(rewards.view(4, 4), factors, "probability", log_probs)
+    depth = depthwise_advantages(values)
+    expected = edge_advantages_per_leaf(depth).clamp(-5, 5)
+    torch.testing.assert_close(batch.rollout.advantages, expected)

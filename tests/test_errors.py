@@ -138,8 +138,8 @@ def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.Monk
     trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
     real_loss = trainer.algorithm.loss
 
-    def exploding_loss(policy, minibatch):
-        loss, metrics = real_loss(policy, minibatch)
+    def exploding_loss(policy, minibatch, step=None):
+        loss, metrics = real_loss(policy, minibatch, step)
         return loss * float("inf"), metrics
 
     monkeypatch.setattr(trainer.algorithm, "loss", exploding_loss)

@@ -172,3 +172,71 @@ def test_gaussian_mean_kl_rejects_unknown_reduction():
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="reduction"):
         gaussian_mean_kl(x, x, torch.ones(2), "mena")
+
+
+# ------------------------------------------------------ log-ratio clamp and dual clip
+
+
+def test_large_log_ratios_stay_finite() -> None:
+    """Issue 13: without a clamp, A = +1 at log-ratio 100 gave a NaN gradient (exp overflows, the
+    unclipped branch's infinity times the mask's 0) and A = -1 at log-ratio 30 a loss of 5e12."""
+    log_probs = torch.tensor([100.0], requires_grad=True)
+    loss, _ = ClippedSurrogate(0.2)(log_probs, torch.zeros(1), torch.tensor([1.0]))
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.2)  # the clipped term, exp(20) is finite
+    assert log_probs.grad is not None and torch.isfinite(log_probs.grad).all()
+    raw = torch.tensor([100.0], requires_grad=True)
+    unclamped, _ = ClippedSurrogate(0.2, log_ratio_clamp=None)(raw, torch.zeros(1), torch.ones(1))
+    unclamped.backward()
+    assert raw.grad is not None and torch.isnan(raw.grad).all()  # what the clamp prevents
+    # A = -1, log-ratio 30: clamped to exp(20) = 4.85e8; the dual clip bounds it by -A c = 3.
+    big, _ = ClippedSurrogate(0.2)(torch.tensor([30.0]), torch.zeros(1), torch.tensor([-1.0]))
+    assert big.item() == pytest.approx(math.exp(20), rel=1e-6)
+    bounded, metrics = ClippedSurrogate(0.2, clip_ratio_c=3.0)(
+        torch.tensor([30.0]), torch.zeros(1), torch.tensor([-1.0])
+    )
+    assert bounded.item() == pytest.approx(3.0)
+    assert metrics["dual_clip_fraction"] == 1.0
+
+
+def test_dual_clip_by_hand() -> None:
+    """verl's ``compute_policy_loss_vanilla`` (clip_ratio_c = 3): for A < 0 the loss is
+    ``min(max(-A r, -A clip(r)), -A c)``.
+
+        ratio  A     PPO term          dual bound  loss
+        1.1    2     -2.2               -          -2.2
+        1.5    1     -1.2 (clipped)     -          -1.2
+        4.0   -1      4.0               3          3     (dual clip)
+        4.0   -0.5    2.0               1.5        1.5   (dual clip)
+    mean = (-2.2 - 1.2 + 3 + 1.5) / 4 = 0.275; only the first element has a gradient.
+    """
+    log_probs = _log_probs(torch.zeros(4), [1.1, 1.5, 4.0, 4.0])
+    advantages = torch.tensor([2.0, 1.0, -1.0, -0.5])
+    loss, metrics = ClippedSurrogate(0.2, clip_ratio_c=3.0)(log_probs, torch.zeros(4), advantages)
+    assert loss.item() == pytest.approx(0.275, abs=1e-6)
+    assert metrics["clip_fraction"] == pytest.approx(0.25)
+    assert metrics["dual_clip_fraction"] == pytest.approx(0.5)
+    loss.backward()
+    torch.testing.assert_close(log_probs.grad, torch.tensor([-2.2 / 4, 0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        ClippedSurrogate(0.2, clip_ratio_c=1.0)
+
+
+def test_ppo_kl_is_the_mean_of_old_minus_new() -> None:
+    """verl logs ``ppo_kl = mean(old - new)``; Flow-GRPO logs ``approx_kl = 0.5 mean(d^2)``."""
+    log_probs = _log_probs(OLD, RATIOS)
+    _, metrics = ClippedSurrogate(0.2)(log_probs, OLD, ADVANTAGES)
+    # -(0.0953102 + 2 * 0.4054651 - 2 * 0.6931472) / 5 = 0.0960108.
+    expected = -sum(math.log(r) for r in RATIOS) / 5
+    assert metrics["ppo_kl"] == pytest.approx(expected, abs=1e-6)
+    assert metrics["ppo_kl"] == pytest.approx(0.0960108, abs=1e-6)
+
+
+def test_weights_scale_each_element_before_the_mean() -> None:
+    # GRPO-Guard divides each transition's term by its step's |dt|: weights [2, 0.5].
+    log_probs = _log_probs(torch.zeros(2), [0.9, 1.15])
+    loss, _ = ClippedSurrogate(0.2)(
+        log_probs, torch.zeros(2), torch.tensor([0.5, -2.0]), torch.tensor([2.0, 0.5])
+    )
+    # (-0.45 * 2 + 2.3 * 0.5) / 2 = 0.125.
+    assert loss.item() == pytest.approx(0.125, abs=1e-6)

@@ -130,3 +130,83 @@ def test_dropout_is_disabled_in_token_policies() -> None:
     model[0].attention_dropout = 0.1  # the float attribute attention layers pass on
     disable_dropout(model)
     assert model[1].p == 0.0 and model[0].attention_dropout == 0.0
+
+
+def test_new_aggregations_by_hand() -> None:
+    # Token sum 7 over 3 tokens; row sums 3 and 4.
+    assert float(aggregate(VALUES, MASK, "bnpo")) == pytest.approx(7 / 3)
+    assert float(aggregate(VALUES, MASK, "sequence_sum")) == pytest.approx((3 + 4) / 2)
+    # DAPO's token mean divides by the optimizer step's mean tokens per minibatch (TRL's
+    # ``dapo``: num_items_in_batch / num_processes); 5 here.
+    assert float(aggregate(VALUES, MASK, "token_mean", tokens_per_minibatch=5.0)) == pytest.approx(
+        7 / 5
+    )
+    # Without it, the minibatch's own tokens (TRL's ``bnpo``).
+    assert float(aggregate(VALUES, MASK, "token_mean")) == pytest.approx(7 / 3)
+
+
+def test_token_mean_over_a_window_is_the_mean_over_all_its_tokens() -> None:
+    """Two minibatches with 3 and 1 counted tokens, accumulated: each divides its token sum by
+    the window's 2 tokens per minibatch, the trainer divides by the 2 minibatches, so the sum is
+    the mean over the 4 tokens (bnpo would weigh the lone token 3 times more)."""
+    first = (torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[True, True, True]]))
+    second = (torch.tensor([[10.0, 0.0, 0.0]]), torch.tensor([[True, False, False]]))
+    step = sum(float(aggregate(v, m, "token_mean", tokens_per_minibatch=2.0)) for v, m in (first, second)) / 2  # fmt: skip
+    assert step == pytest.approx((1 + 2 + 3 + 10) / 4)
+    bnpo = sum(float(aggregate(v, m, "bnpo")) for v, m in (first, second)) / 2
+    assert bnpo == pytest.approx((2 + 10) / 2)
+
+
+def test_sequence_ratio_honours_the_aggregation() -> None:
+    """GSPO: sequence 0 has ratios (1.5, 0.5), one ratio s = sqrt(0.75) for both tokens;
+    sequence 1 one token at 1.1. With A = +1 (inside the clip range):
+    sequence_mean = (-s - 1.1) / 2; bnpo weighs sequence 0 twice: (-2 s - 1.1) / 3."""
+    new = torch.log(torch.tensor([[1.5, 0.5], [1.1, 1.0]])).requires_grad_(True)
+    old, mask = torch.zeros(2, 2), torch.tensor([[True, True], [True, False]])
+    s = math.sqrt(0.75)
+    loss, metrics = TokenClippedSurrogate(0.2, level="sequence")(
+        new, old, torch.tensor([1.0, 1.0]), mask
+    )
+    assert float(loss) == pytest.approx((-s - 1.1) / 2)
+    assert metrics["ratio_max"] == pytest.approx(1.1) and metrics["ratio_min"] == pytest.approx(s)
+    # GSPO's gradient: -A s / |y| per token, then the mean over the 2 sequences.
+    loss.backward()
+    assert new.grad is not None
+    torch.testing.assert_close(new.grad, torch.tensor([[-s / 4, -s / 4], [-1.1 / 2, 0.0]]))
+    token_weighted, _ = TokenClippedSurrogate(0.2, level="sequence", aggregation="bnpo")(
+        new.detach(), old, torch.tensor([1.0, 1.0]), mask
+    )
+    assert float(token_weighted) == pytest.approx((-2 * s - 1.1) / 3)
+
+
+def test_per_token_advantages_by_hand() -> None:
+    # Ratio 1 everywhere: the loss is -A per counted token.
+    new = torch.zeros(2, 3, requires_grad=True)
+    advantages = torch.tensor([[1.0, -1.0, 5.0], [2.0, 0.0, 0.0]])
+    loss, _ = TokenClippedSurrogate(0.2)(new, torch.zeros(2, 3), advantages, MASK)
+    # sequence_mean: ((-1 + 1) / 2 + (-2) / 1) / 2 = -1.
+    assert float(loss) == pytest.approx(-1.0)
+    loss.backward()
+    assert new.grad is not None
+    torch.testing.assert_close(new.grad, torch.tensor([[-1 / 4, 1 / 4, 0.0], [-2 / 2, 0.0, 0.0]]))
+
+
+def test_token_policy_loss_logs_trl_kl() -> None:
+    """``kl`` is TRL's mean per-token k3 over the counted tokens; ``kl_loss`` the aggregated
+    term beta multiplies."""
+    from genrl.losses import token_kl, token_policy_loss
+
+    log_probs = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -3.0, -3.0]])
+    ref = torch.tensor([[-1.0, -1.0, -1.0], [-1.5, -1.0, -1.0]])
+    loss_fn = TokenClippedSurrogate(0.2)
+    loss, metrics = token_policy_loss(
+        loss_fn, log_probs, log_probs, ref, torch.tensor([1.0, -1.0]), MASK, kl_beta=0.5
+    )
+    k3 = token_kl(log_probs, ref, "k3", MASK)  # counted: 0, e - 2, 1 / e
+    assert metrics["kl"] == pytest.approx((math.e - 2 + math.exp(-1)) / 3, abs=1e-6)
+    # kl_loss: sequence_mean of k3 = ((0 + e - 2) / 2 + 1 / e) / 2.
+    assert metrics["kl_loss"] == pytest.approx(((math.e - 2) / 2 + math.exp(-1)) / 2, abs=1e-6)
+    # Ratio 1: policy term -mean over sequences of A = -(1 - 1) / 2 = 0.
+    assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-7)
+    assert float(loss) == pytest.approx(0.5 * metrics["kl_loss"], abs=1e-6)
+    assert float(k3[0, 2]) == 0.0  # an uncounted token carries no KL

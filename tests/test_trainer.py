@@ -44,7 +44,7 @@ def test_two_steps_change_trainable_parameters(tmp_path: Path, lora_rank: int) -
         torch.testing.assert_close(reference, base.velocity(x, sigma, condition).detach())
     assert summary["optimizer_steps"] == trainer.optimizer_steps > 0
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert any("loss/kl" in r for r in rows)
+    assert any("loss/kl_loss" in r for r in rows)
 
 
 @pytest.mark.parametrize("guidance", ["1.0", "3.0"])

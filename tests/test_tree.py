@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genrl.advantages import depthwise_advantages, tree_values
+from genrl.tree_advantages import depthwise_advantages, edge_advantages_per_leaf, node_values
 from samplers import FlowODESampler, FlowSDESampler, flow_sigmas
 from samplers.tree import TreeSampler, TreeSchedule
 
@@ -111,18 +111,45 @@ def test_branching_factor_one_is_a_flow_grpo_rollout() -> None:
 
 
 def test_fusion_and_depthwise_advantages_by_hand() -> None:
-    # One tree, splits into 2 at step 1 and again at step 2: edges per step 1, 2, 4.
+    """The reference's conventions (BranchGRPO's ``train_branchgrpo_flux.py``,
+    ``compute_hierarchical_advantages_by_depth``): raw leaf rewards, node = mean of its leaves,
+    per depth ``(v - mean) / (torch.std(v) + 1e-8)`` with the sample (Bessel) std."""
+    # One tree: step 0 does not split, steps 1 and 2 split in two: 1, 2, 4 nodes below the root.
     leaves = torch.tensor([[1.0, 3.0, 2.0, 6.0]])
-    values = tree_values(leaves, [1, 2, 4])
-    assert [v.tolist() for v in values] == [[[3.0]], [[2.0, 4.0]], [[1.0, 3.0, 2.0, 6.0]]]
-    advantages = depthwise_advantages(values, eps=0.0)
-    assert advantages[0].tolist() == [[0.0]]  # one edge at that depth: no preference
-    assert advantages[1].tolist() == [[-1.0, 1.0]]
-    expected = (torch.tensor([1.0, 3.0, 2.0, 6.0]) - 3) / math.sqrt(3.5)
-    torch.testing.assert_close(advantages[2][0], expected)
-    # Equal values at a depth give exactly zero.
-    flat = depthwise_advantages([torch.tensor([[2.0, 2.0, 2.0]])])
-    assert flat[0].tolist() == [[0.0, 0.0, 0.0]]
+    values = node_values(leaves, [1, 2, 2])
+    assert [v.tolist() for v in values] == [[[3.0]], [[3.0]], [[2.0, 4.0]], [[1.0, 3.0, 2.0, 6.0]]]
+    advantages = depthwise_advantages(values)
+    assert advantages[0].tolist() == advantages[1].tolist() == [[0.0]]  # one node per depth
+    # [2, 4]: mean 3, sample std sqrt(2).
+    torch.testing.assert_close(advantages[2][0], torch.tensor([-1.0, 1.0]) / math.sqrt(2))
+    # [1, 3, 2, 6]: mean 3, sample variance (4 + 0 + 1 + 9) / 3 = 14 / 3.
+    expected = (torch.tensor([1.0, 3.0, 2.0, 6.0]) - 3) / math.sqrt(14 / 3)
+    torch.testing.assert_close(advantages[3][0], expected)
+    population = depthwise_advantages(values, std_estimator="population", eps=0.0)
+    torch.testing.assert_close(
+        population[3][0], (torch.tensor([1.0, 3, 2, 6]) - 3) / math.sqrt(3.5)
+    )
+    # Per leaf and step: the advantage of the edge of step t on the leaf's path (depth t + 1).
+    per_leaf = edge_advantages_per_leaf(advantages)
+    assert per_leaf.shape == (4, 3)
+    torch.testing.assert_close(per_leaf[:, 1], advantages[2][0].repeat_interleave(2))
+    torch.testing.assert_close(per_leaf[:, 2], advantages[3][0])
+    assert per_leaf[:, 0].tolist() == [0.0] * 4
+
+
+def test_rewards_equal_up_to_float_noise_give_zero_advantages() -> None:
+    """Issue 13: the earlier genrl z-scored already normalised leaf advantages, so reward noise
+    of 1e-7 became advantages of about +-0.75 and [-0.39, 1.17, -1.17, 0.39]; the reference
+    (std below 1e-6 -> 0) gives exactly 0, flat GRPO at most 1.2e-3."""
+    leaves = torch.tensor([[0.5, 0.5 + 1.2e-7, 0.5 - 0.6e-7, 0.5 + 0.6e-7]])
+    advantages = depthwise_advantages(node_values(leaves, [2, 2]))
+    assert all(float(a.abs().max()) == 0.0 for a in advantages)
+    # With a real spread the depths are normalised: an affine map (a > 0) changes nothing.
+    spread = torch.tensor([[0.1, 0.9, 0.4, 0.6]])
+    a = depthwise_advantages(node_values(spread, [2, 2]))
+    b = depthwise_advantages(node_values(3.0 * spread - 7.0, [2, 2]))
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
 
 def test_probability_weighted_fusion_by_hand_and_stable() -> None:
@@ -132,13 +159,22 @@ def test_probability_weighted_fusion_by_hand_and_stable() -> None:
         torch.tensor([[0.0, math.log(2.0)]]),
         torch.tensor([[0.0, math.log(3.0), 0.0, 0.0]]),
     ]
-    values = tree_values(leaves, [1, 2, 4], log_probs)
-    # Edge 0 of step 1 owns leaves 0, 1 with path weights 1 : 3; edge 1 owns leaves 2, 3 (1 : 1).
-    assert values[1].tolist() == [[pytest.approx(2.5), pytest.approx(4.0)]]
-    # The root edge weighs the four paths 1 : 3 : 2 : 2.
-    assert float(values[0]) == pytest.approx((1 + 9 + 4 + 12) / 8)
-    assert values[2].tolist() == [[1.0, 3.0, 2.0, 6.0]]  # a leaf edge owns only its leaf
-    shifted = tree_values(leaves, [1, 2, 4], [lp.double() - 5000.0 for lp in log_probs])
-    assert float(shifted[0]) == pytest.approx(float(values[0]))  # no underflow
-    with pytest.raises(ValueError, match="do not split evenly"):
-        tree_values(leaves, [3])
+    # The reference: at each split node a softmax over its children's own edge log-probs.
+    values = node_values(leaves, [1, 2, 2], "probability", log_probs)
+    # Depth 2: children (1, 3) weighted 1 : 3 -> 2.5; (2, 6) weighted 1 : 1 -> 4.
+    assert values[2].tolist() == [[pytest.approx(2.5), pytest.approx(4.0)]]
+    # Depth 1: children (2.5, 4) weighted 1 : 2 -> 3.5; the root has one child and passes it up.
+    assert float(values[1]) == pytest.approx(3.5)
+    assert float(values[0]) == pytest.approx(3.5)
+    # The earlier variant: leaves weighted by their whole path below the node (1 : 3 : 2 : 2).
+    path = node_values(leaves, [1, 2, 2], "path_probability", log_probs)
+    assert path[2].tolist() == [[pytest.approx(2.5), pytest.approx(4.0)]]
+    assert float(path[1]) == pytest.approx((1 + 9 + 4 + 12) / 8)
+    for fusion in ("probability", "path_probability"):
+        shifted = node_values(leaves, [1, 2, 2], fusion, [lp.double() - 5000.0 for lp in log_probs])
+        again = node_values(leaves, [1, 2, 2], fusion, log_probs)
+        assert float(shifted[1]) == pytest.approx(float(again[1]))  # no underflow
+    with pytest.raises(ValueError, match="leaves per tree"):
+        node_values(leaves, [3])
+    with pytest.raises(ValueError, match="needs one edge log-prob"):
+        node_values(leaves, [1, 2, 2], "probability")

@@ -135,6 +135,21 @@ class RolloutNoise:
         return torch.randperm(n, generator=self.generator(tag * 65_537 + self.local.start))
 
 
+@dataclass(frozen=True)
+class StepContext:
+    """What a loss may need to know about the optimizer step its minibatch belongs to.
+
+    Attributes:
+        minibatches: minibatches accumulated into the step on each process.
+        tokens_per_minibatch: mean number of loss tokens per minibatch over the step's
+            minibatches on all processes (for a token mean over the whole step, DAPO's); None
+            when the algorithm does not count tokens.
+    """
+
+    minibatches: int = 1
+    tokens_per_minibatch: float | None = None
+
+
 class Algorithm(abc.ABC):
     """Hooks the trainer calls; see DESIGN.md section 2 for the phases."""
 
@@ -163,11 +178,23 @@ class Algorithm(abc.ABC):
     def final_outputs(self, policy: Any, rollout: Batch) -> torch.Tensor:
         """Decoded outputs of a rollout for the reward models (e.g. images ``[N, C, H, W]``)."""
 
+    def advantage_inputs(self, rollout: Batch) -> dict[str, torch.Tensor]:
+        """Per-sample tensors ``[n, ...]`` of this process's rollout that ``advantages`` needs
+        besides the rewards (e.g. per-step KL estimates, a tree's edge log-probs); the trainer
+        gathers them over processes and passes them as keyword arguments."""
+        del rollout
+        return {}
+
     @abc.abstractmethod
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """Phase 4: ``[N]`` advantages of the gathered batch (all processes)."""
+        """Phase 4: advantages of the gathered batch (all processes): ``[N]``, or ``[N, T]``
+        with one advantage per sample and step. ``inputs`` are ``advantage_inputs``, gathered."""
 
     @abc.abstractmethod
     def training_units(self, rollout: Batch, noise: RolloutNoise) -> Batch:
@@ -179,8 +206,17 @@ class Algorithm(abc.ABC):
         return num_samples
 
     @abc.abstractmethod
-    def loss(self, policy: Any, minibatch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """Phase 5: the scalar loss of a minibatch of units, with metrics."""
+    def loss(
+        self, policy: Any, minibatch: Batch, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Phase 5: the scalar loss of a minibatch of units, with metrics. The trainer divides
+        it by ``step.minibatches`` and processes average their gradients."""
+
+    def loss_tokens(self, units: Batch) -> int | None:
+        """How many loss tokens these units hold, when the loss normalises by the tokens of a
+        whole optimizer step (DAPO's token mean); None otherwise."""
+        del units
+        return None
 
     def reward_metadata(self, rollout: Batch) -> list[dict[str, Any]] | None:
         """Per-sample extras handed to the reward models (TRL's ``**columns``), e.g. completion

@@ -3,36 +3,52 @@ Efficient GRPO with Structured Branching in Diffusion Models").
 
 Each prompt's group is the leaves of one tree (``samplers/tree.py``): one initial noise, split
 into ``branching[k]`` children at ``split_steps[k]``, so the group shares prefixes and costs far
-fewer model forwards. Leaf rewards are fused up the tree (an edge's value is the mean, or the
-path-probability-weighted mean, of the leaves below it) and z-scored per depth within each tree
-(``genrl/advantages.py: tree_values, depthwise_advantages``). Every trained edge is a Flow-GRPO
-transition with the core clipped surrogate (and the same optional KL); split edges are re-scored
-under the split sampler, the density they were drawn from.
+fewer model forwards. Leaf rewards are fused up the tree and z-scored depth by depth within each
+tree (``genrl/tree_advantages.py``, following the reference code's conventions); every trained
+edge is a Flow-GRPO transition with the core clipped surrogate (and the same optional KL).
 
-Pruning changes what is trained, never the rollout: ``train_steps`` picks depths (all trainable
-ones by default), ``depth_pruning`` leaves some out (optionally a window that slides earlier
-during training, as the reference does), ``width_pruning="sibling_top"`` keeps, at each split, the ``width_keep``
-fraction of every sibling group with the largest ``|advantage|``, ``"best_worst"`` the edges on
-the paths to each tree's best and worst leaf, and ODE steps (``ode_steps``, the Mix variant) are
-never trained. A depth-wise advantage is unchanged by an affine map of a
-tree's leaf rewards, so it is computed from the per-leaf group advantages the trainer stores.
+Split steps follow the reference (Fredreic1849/BranchGRPO, ``train_branchgrpo_flux.py``): the
+children keep the base step's drift and only their noise is multiplied by ``split_noise_scale``,
+and they are scored under the base density (``split_log_prob="drawn"`` scores them under the
+density they were drawn from; ``split_noise_level`` instead runs a whole sampler of another noise
+level at the splits, an earlier genrl variant).
+
+Pruning changes what is trained, never the rollout (``genrl/algorithms/tree_pruning.py``):
+``train_steps`` picks steps, ``depth_pruning`` leaves out child depths (optionally a window that
+slides shallower during training), ``width_pruning`` keeps some edges of a depth, and ODE steps
+(``ode_steps``, the Mix variant) are never trained.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import clip_advantages, depthwise_advantages, group_advantages, tree_values
+from genrl.advantages import clip_advantages
 from genrl.algorithms.base import RolloutNoise, register_algorithm
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.algorithms.flow_rollout import decode_in_chunks
+from genrl.algorithms.tree_pruning import (
+    WIDTH_PRUNING,
+    WidthPruning,
+    kept_edges,
+    num_kept_edges,
+    pruned_depths,
+)
 from genrl.overrides import ConfigError
 from genrl.rollout import Batch, FlowTransitions, SharedRows
+from genrl.tree_advantages import (
+    FUSIONS,
+    depthwise_advantages,
+    edge_advantages_per_leaf,
+    from_leaves,
+    node_values,
+    per_leaf,
+)
 from samplers import SAMPLERS, FlowODESampler, StepOutput
+from samplers.scaled_noise import ScaledNoiseSampler
 from samplers.tree import TreeRollout, TreeSampler, TreeSchedule
 
 TREE_NOISE_TAG = 50_000
@@ -43,34 +59,55 @@ class BranchGRPOConfig(FlowGRPOConfig):
     name: str = "branch_grpo"
     """Registry name."""
     split_steps: list[int] = field(default_factory=lambda: [0, 2, 4, 6])
-    """Steps at which every node splits (BranchGRPO's branching points)."""
+    """Steps at which every node splits (the reference's ``--tree_split_points``)."""
     branching: list[int] = field(default_factory=lambda: [2, 2, 2, 2])
-    """Children per node at each split; their product must equal ``train.group_size``."""
+    """Children per node at each split (the reference always splits in 2); their product must
+    equal ``train.group_size``."""
+    split_noise_scale: float = 1.0
+    """Multiplier of the noise of the split steps, drift unchanged (the reference's
+    ``--tree_split_noise_scale``; its FLUX script uses 4)."""
+    split_log_prob: Literal["base", "drawn"] = "base"
+    """Density split edges are scored under: the base step's (the reference) or the one they
+    were drawn from, with the noise scaled."""
     split_noise_level: float | None = None
-    """Noise level of the split steps' sampler (more diverse siblings); None = the sampler's."""
+    """Instead of scaling the noise, run the split steps with a sampler of this noise level (its
+    own drift and density); None keeps the reference's scaled noise."""
     ode_steps: list[int] = field(default_factory=list)
     """Deterministic steps (BranchGRPO-Mix: ODE outside the branching region); never trained."""
-    fusion: Literal["mean", "probability"] = "mean"
-    """Edge value: mean of the leaves below, or weighted by the paths' probabilities."""
+    fusion: Literal["mean", "probability", "path_probability"] = "mean"
+    """Node values from the leaves: their mean; the reference's probability weighting (at each
+    split node, a softmax over its children's edge log-probs, level by level); or the mean
+    weighted by each leaf's whole path probability below the node (an earlier genrl variant)."""
     train_steps: list[int] | None = None
-    """Depth pruning: the steps whose edges are trained; None = every stochastic step."""
+    """Steps whose edges are trained; None = every stochastic step (the paper's method and the
+    reference's README)."""
     depth_pruning: list[int] = field(default_factory=list)
-    """Depth pruning as in the reference: steps left out of training (e.g. the last ones)."""
+    """Child depths left out of training, as the reference's ``--depth_pruning``: the edges of
+    sampling step ``t`` enter depth ``t + 1`` (e.g. ``[15, 16, 17]`` of 20 steps)."""
     depth_pruning_slide_every: int = 0
-    """Slide the ``depth_pruning`` window one step earlier every this many iterations
-    (0: fixed), until its first step reaches ``depth_pruning_stop``. The learning-rate schedule
-    is planned with the first iteration's number of trained edges."""
+    """Slide the pruned depths one depth shallower every this many iterations (0: fixed), until
+    the first reaches ``depth_pruning_stop``. The LR schedule is planned with the first
+    iteration's number of trained edges."""
     depth_pruning_stop: int | None = None
-    """Earliest step the sliding window may reach; None = the last split step."""
-    width_pruning: Literal["none", "sibling_top", "best_worst"] = "none"
-    """Width pruning: ``sibling_top`` keeps, at split steps, each sibling group's top
-    ``width_keep`` by |A|; ``best_worst`` keeps, at every trained step, the edges on the paths to
-    each tree's best and worst leaf (an edge on both paths counts twice, so that every tree
-    trains the same number of edges and processes stay in step)."""
+    """Shallowest depth the sliding window may reach; None = the last split step (the
+    reference's default ``max(split_points)``)."""
+    width_pruning: WidthPruning = "none"
+    """``last_split_top`` and ``last_split_best_worst``: the reference's modes 1 and 2 on the
+    transitions after the last split; ``sibling_top`` and ``best_worst_paths``: genrl's own
+    (``genrl/algorithms/tree_pruning.py``)."""
     width_keep: float = 0.5
-    """Fraction of each sibling group kept by ``sibling_top`` (rounded up)."""
-    std_mode: Literal["group", "global", "none"] = "group"
-    """Leaf advantages within each tree (depth-wise normalisation follows in any case)."""
+    """Kept fraction of width pruning (the reference's ``--width_pruning_ratio``, 0.5)."""
+    pruning_fraction: float = 1.0
+    """Prune during the first this fraction of ``train.iterations`` only (the reference's
+    ``--pruning_step_ratio``; 1 = always)."""
+    depth_eps: float = 1e-8
+    """Added to each depth's std (the reference: 1e-8)."""
+    depth_min_std: float = 1e-6
+    """A depth whose std is below this gets advantage 0 (the reference: 1e-6)."""
+    depth_std_estimator: Literal["sample", "population"] = "sample"
+    """Std of each depth's node values (the reference: ``torch.std``, Bessel)."""
+    kl_beta: float = 0.0
+    """KL weight on the step means; the reference has no KL term."""
     max_batch: int = 0
     """Nodes per model forward in the rollout (0: all live nodes of a step at once)."""
 
@@ -82,6 +119,29 @@ class BranchGRPOConfig(FlowGRPOConfig):
         super().validate(train_config)
         if not 0 < self.width_keep <= 1:
             raise ConfigError(f"algorithm.width_keep must lie in (0, 1], got {self.width_keep}")
+        if not 0 <= self.pruning_fraction <= 1:
+            raise ConfigError(
+                f"algorithm.pruning_fraction must lie in [0, 1], got {self.pruning_fraction}"
+            )
+        if not self.split_noise_scale > 0:
+            raise ConfigError(
+                f"algorithm.split_noise_scale must be > 0, got {self.split_noise_scale}"
+            )
+        if self.split_noise_level is not None and self.split_noise_scale != 1:
+            raise ConfigError(
+                "algorithm.split_noise_level and split_noise_scale are two ways to widen the "
+                "splits: set one of them"
+            )
+        if self.fusion not in FUSIONS or self.width_pruning not in WIDTH_PRUNING:
+            raise ConfigError(
+                f"algorithm.fusion must be one of {FUSIONS}, width_pruning one of {WIDTH_PRUNING}"
+            )
+        if self.width_pruning.startswith("last_split") and not self.split_steps:
+            raise ConfigError(f"algorithm.width_pruning={self.width_pruning} needs a split step")
+        if self.depth_eps < 0 or self.depth_min_std < 0:
+            raise ConfigError("algorithm.depth_eps and depth_min_std must be >= 0")
+        if self.ratio_norm or self.kl_reward:
+            raise ConfigError("branch_grpo supports neither algorithm.ratio_norm nor kl_reward")
         if train_config is None:
             return
         t, s = train_config.train, train_config.sampler
@@ -104,35 +164,38 @@ class BranchGRPOConfig(FlowGRPOConfig):
             )
         if self.depth_pruning_slide_every < 0:
             raise ConfigError("algorithm.depth_pruning_slide_every must be >= 0")
-        trained = self.trained_steps(s.num_steps)
-        if not trained:
+        bad = [d for d in self.depth_pruning if not 1 <= d <= s.num_steps]
+        if bad:
+            raise ConfigError(
+                f"algorithm.depth_pruning {bad}: child depths lie in [1, {s.num_steps}] (the "
+                "edges of step t enter depth t + 1)"
+            )
+        if not self.trained_steps(s.num_steps):
             raise ConfigError(
                 "branch_grpo: no step left to train (check train_steps and ode_steps)"
             )
 
-    def trained_steps(self, num_steps: int, iteration: int = 0) -> list[int]:
-        """The steps trained at ``iteration``: ``train_steps`` (or all) minus ODE steps and the
-        depth-pruning window as slid by then."""
+    def trained_steps(self, num_steps: int, iteration: int = 0, iterations: int = 0) -> list[int]:
+        """The steps trained at ``iteration`` of ``iterations``: ``train_steps`` (or all) minus ODE
+        steps and, while pruning applies, the steps entering a pruned depth."""
         steps = range(num_steps) if self.train_steps is None else self.train_steps
-        bad = [s for s in [*steps, *self.depth_pruning] if not 0 <= s < num_steps]
+        bad = [s for s in steps if not 0 <= s < num_steps]
         if bad:
-            raise ConfigError(
-                f"algorithm.train_steps / depth_pruning {bad} outside [0, {num_steps})"
+            raise ConfigError(f"algorithm.train_steps {bad} outside [0, {num_steps})")
+        pruned = set()
+        if self.prunes_at(iteration, iterations):
+            stop = self.depth_pruning_stop
+            if stop is None:
+                stop = max(self.split_steps) if self.split_steps else 0
+            pruned = set(
+                pruned_depths(self.depth_pruning, self.depth_pruning_slide_every, stop, iteration)
             )
-        pruned = set(self.pruned_depths(iteration))
-        return [s for s in steps if s not in self.ode_steps and s not in pruned]
+        return sorted(s for s in steps if s not in self.ode_steps and s + 1 not in pruned)
 
-    def pruned_depths(self, iteration: int) -> list[int]:
-        """``depth_pruning`` shifted ``iteration // depth_pruning_slide_every`` steps earlier, the
-        shift capped so that the window starts no earlier than ``depth_pruning_stop``."""
-        if not self.depth_pruning or not self.depth_pruning_slide_every:
-            return sorted(self.depth_pruning)
-        window = sorted(self.depth_pruning)
-        stop = self.depth_pruning_stop
-        if stop is None:
-            stop = max(self.split_steps) if self.split_steps else 0
-        shift = min(iteration // self.depth_pruning_slide_every, max(0, window[0] - stop))
-        return [d - shift for d in window]
+    def prunes_at(self, iteration: int, iterations: int) -> bool:
+        """Whether pruning applies at ``iteration`` (the reference prunes while
+        ``step <= int(max_steps * pruning_step_ratio)``)."""
+        return iterations == 0 or iteration <= int(iterations * self.pruning_fraction)
 
 
 @dataclass
@@ -145,7 +208,8 @@ class TreeTrajectories(Batch):
         leaves: ``[N, *event]`` final latents.
         condition: the ``R`` trees' prompt encodings (``[R, ...]`` tensors).
         tree: the tree rollout (states, edges, log-probs per step).
-        advantages: ``[N]`` leaf advantages (filled by the trainer).
+        advantages: ``[N, T]``: entry ``(l, t)`` is the advantage of the edge of step ``t`` on
+            the path to leaf ``l`` (filled by the trainer).
     """
 
     prompts: list[str]
@@ -167,8 +231,12 @@ class BranchGRPO(FlowGRPO):
         sigmas = policy.sigma_schedule(s.num_steps, s.shift)
         sampler_cls = SAMPLERS[s.name]
         base = sampler_cls(sigmas, s.noise_level, log_prob_reduction=s.log_prob_reduction)
-        split_level = s.noise_level if c.split_noise_level is None else c.split_noise_level
-        split = sampler_cls(sigmas, split_level, log_prob_reduction=s.log_prob_reduction)
+        if c.split_noise_level is not None:
+            split: Any = sampler_cls(
+                sigmas, c.split_noise_level, log_prob_reduction=s.log_prob_reduction
+            )
+        else:
+            split = ScaledNoiseSampler(base, c.split_noise_scale, c.split_log_prob)
         self.schedule = c.schedule(s.num_steps)
         self.tree_sampler = TreeSampler(self.schedule, base, split, FlowODESampler(sigmas))
         self.trained = c.trained_steps(s.num_steps)  # at the first iteration (for planning)
@@ -177,18 +245,10 @@ class BranchGRPO(FlowGRPO):
     def sampler(self) -> Any:
         return self.tree_sampler.sampler
 
-    def _kept_per_step(self, step: int) -> int:
-        """Edges per tree trained at ``step`` after width pruning."""
-        edges, factor = self.schedule.edges(step), self.schedule.factor(step)
-        if self.config.width_pruning == "best_worst":
-            return 2
-        if self.config.width_pruning == "sibling_top" and factor > 1:
-            return edges // factor * math.ceil(self.config.width_keep * factor)
-        return edges
-
     def num_units(self, num_samples: int) -> int:
         trees = num_samples // self.train_config.train.group_size
-        return trees * sum(self._kept_per_step(t) for t in self.trained)
+        c = self.config
+        return num_kept_edges(self.schedule, self.trained, trees, c.width_pruning, c.width_keep)
 
     @torch.no_grad()
     def collect(
@@ -236,53 +296,72 @@ class BranchGRPO(FlowGRPO):
             leaves=tree.leaves,
             condition=condition,
             tree=tree,
-            advantages=torch.zeros(len(prompts), device=device),
+            advantages=torch.zeros(len(prompts), self.schedule.num_steps, device=device),
         )
 
     def final_outputs(self, policy: Any, rollout: TreeTrajectories) -> torch.Tensor:  # type: ignore[override]
         return decode_in_chunks(policy, rollout.leaves, self.train_config.train.rollout_batch_size)
 
+    def advantage_inputs(self, rollout: TreeTrajectories) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """The edges' log-probs along each leaf's path (``[n, T]``), for probability fusion."""
+        if self.config.fusion == "mean":
+            return {}
+        trees = len(rollout.prompts) // self.schedule.num_leaves
+        return {"path_log_probs": per_leaf(rollout.tree.log_probs, trees)}
+
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
+        """``[N, T]`` edge advantages along every leaf's path, from the trees' raw leaf rewards
+        (``genrl/tree_advantages.py``), clipped to ``+-advantage_clip``."""
         del prompts
-        return group_advantages(rewards, group_ids, std_mode=self.config.std_mode)
+        c, schedule = self.config, self.schedule
+        leaves = schedule.num_leaves
+        trees = len(rewards) // leaves
+        ids = group_ids.view(trees, leaves)
+        if not bool((ids == ids[:, :1]).all()):
+            raise ValueError("branch_grpo expects each group's leaves to be contiguous")
+        factors = [schedule.factor(t) for t in range(schedule.num_steps)]
+        edge_log_probs = None
+        if "path_log_probs" in inputs:
+            lp = inputs["path_log_probs"].cpu().view(trees, leaves, -1)
+            edge_log_probs = [
+                from_leaves(lp[..., t].reshape(-1), schedule.edges(t), trees).view(trees, -1)
+                for t in range(schedule.num_steps)
+            ]
+        values = node_values(rewards.cpu().view(trees, leaves), factors, c.fusion, edge_log_probs)
+        depth = depthwise_advantages(
+            values, eps=c.depth_eps, min_std=c.depth_min_std, std_estimator=c.depth_std_estimator
+        )
+        per_step = edge_advantages_per_leaf(depth).to(rewards.device)
+        return clip_advantages(per_step, c.advantage_clip)
 
     def training_units(self, rollout: TreeTrajectories, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
-        tree, schedule = rollout.tree, self.schedule
-        num_trees = len(rollout.prompts) // schedule.num_leaves
-        leaf_values = rollout.advantages.float().cpu().view(num_trees, schedule.num_leaves)
-        edges = [schedule.edges(t) for t in range(schedule.num_steps)]
-        log_probs = None
-        if self.config.fusion == "probability":
-            log_probs = [
-                lp.cpu().view(num_trees, e) for lp, e in zip(tree.log_probs, edges, strict=True)
-            ]
-        depth_advantages = depthwise_advantages(tree_values(leaf_values, edges, log_probs))
-        parts: dict[str, list[torch.Tensor]] = {
-            k: [] for k in ("rows", "sample", "next", "step", "old", "adv")
+        tree, schedule, c = rollout.tree, self.schedule, self.config
+        trees = len(rollout.prompts) // schedule.num_leaves
+        iterations = self.train_config.train.iterations
+        trained = c.trained_steps(schedule.num_steps, noise.iteration, iterations)
+        mode = c.width_pruning if c.prunes_at(noise.iteration, iterations) else "none"
+        per_leaf_advantages = rollout.advantages.float().cpu()
+        edge_advantages = {
+            t: from_leaves(per_leaf_advantages[:, t], schedule.edges(t), trees).view(trees, -1)
+            for t in range(schedule.num_steps)
         }
+        kept = kept_edges(schedule, trained, edge_advantages, mode, c.width_keep)
         device = tree.states[0].device
-        best_worst = torch.stack([leaf_values.argmax(1), leaf_values.argmin(1)], dim=1)  # [R, 2]
-        trained = self.config.trained_steps(schedule.num_steps, noise.iteration)
+        parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("rows", "sample", "next", "step", "old", "adv")}  # fmt: skip
         for t in trained:
-            advantage = depth_advantages[t]  # [R, E_t]
-            if self.config.width_pruning == "best_worst":
-                # The edge of step t on the path to leaf l is l // (leaves per edge).
-                on_path = best_worst // (schedule.num_leaves // edges[t])
-                offsets = torch.arange(num_trees)[:, None] * edges[t]
-                index = (on_path + offsets).flatten().to(device)
-            else:
-                keep = self._keep_mask(advantage, schedule.factor(t)).flatten().to(device)
-                index = keep.nonzero()[:, 0]
-            parent = tree.parents[t][index]
-            parts["rows"].append(torch.div(index, edges[t], rounding_mode="floor"))
-            parts["sample"].append(tree.states[t][parent])
+            index = kept[t].to(device)
+            parts["rows"].append(torch.div(index, schedule.edges(t), rounding_mode="floor"))
+            parts["sample"].append(tree.states[t][tree.parents[t][index]])
             parts["next"].append(tree.next_states[t][index])
             parts["step"].append(torch.full((len(index),), t, device=device, dtype=torch.long))
             parts["old"].append(tree.log_probs[t][index])
-            parts["adv"].append(advantage.flatten().to(device)[index])
-        advantages = clip_advantages(torch.cat(parts["adv"]), self.config.advantage_clip)
+            parts["adv"].append(edge_advantages[t].flatten().to(device)[index])
         return FlowTransitions(
             rows=torch.cat(parts["rows"]),
             conditions=SharedRows(rollout.condition),
@@ -290,23 +369,12 @@ class BranchGRPO(FlowGRPO):
             next_sample=torch.cat(parts["next"]),
             timestep_index=torch.cat(parts["step"]),
             old_log_probs=torch.cat(parts["old"]),
-            advantages=advantages,
+            advantages=torch.cat(parts["adv"]),
         )
 
-    def _keep_mask(self, advantage: torch.Tensor, factor: int) -> torch.Tensor:
-        """``[R, E]`` bool: the edges trained at one step (sibling groups are consecutive)."""
-        if self.config.width_pruning != "sibling_top" or factor == 1:
-            return torch.ones_like(advantage, dtype=torch.bool)
-        num_trees, edges = advantage.shape
-        groups = advantage.abs().view(num_trees, edges // factor, factor)
-        keep = math.ceil(self.config.width_keep * factor)
-        top = groups.topk(keep, dim=-1).indices
-        mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, top, True)
-        return mask.view(num_trees, edges)
-
     def rescore(self, velocity: torch.Tensor, mb: FlowTransitions) -> Any:
-        """Flow-GRPO's loss re-scores each edge here: under the split sampler at split steps
-        (the density the children were drawn from), under the step sampler elsewhere."""
+        """Flow-GRPO's loss re-scores each edge here: under the split step at split steps (the
+        density the children are scored under), under the step sampler elsewhere."""
         base = self.tree_sampler.sampler.step(
             velocity, mb.timestep_index, mb.sample, prev_sample=mb.next_sample
         )

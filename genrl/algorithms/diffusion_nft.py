@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import PerPromptStatTracker, clip_advantages
-from genrl.algorithms.base import register_algorithm
+from genrl.algorithms.base import StepContext, register_algorithm
 from genrl.algorithms.flow_endpoints import EndpointAlgorithm, EndpointConfig, unit_velocity
 from genrl.overrides import ConfigError
 from genrl.regression_losses import NFTLoss
@@ -93,7 +93,7 @@ class DiffusionNFT(EndpointAlgorithm):
         return (advantages / (2 * self.config.advantage_clip) + 0.5).clamp(0, 1)
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints
+        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
         reference = None

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from genrl.algorithms.base import RolloutNoise
+from genrl.losses import gaussian_mean_kl
 from genrl.rollout import FlowTrajectory
 from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler
 from samplers.windows import possible_window_starts, sde_window_mask, sde_window_start
@@ -38,9 +39,16 @@ class FlowRollout:
     same_initial_noise: bool
     num_groups: int
     batch_size: int = 0
+    measure_kl: bool = False
+    """Also evaluate the reference policy at every stochastic step and record the step's exact
+    transition KL (Flow-GRPO's ``kl_reward``; one more forward per step)."""
+    keep_means: bool = False
+    """Record every step's transition mean (GRPO-Guard's ratio normalisation needs them)."""
 
     @classmethod
-    def from_config(cls, train_config: Any, policy: Any) -> FlowRollout:
+    def from_config(
+        cls, train_config: Any, policy: Any, *, measure_kl: bool = False, keep_means: bool = False
+    ) -> FlowRollout:
         """Samplers on ``policy``'s noise schedule with ``train_config.sampler``'s settings."""
         s = train_config.sampler
         sigmas = policy.sigma_schedule(s.num_steps, s.shift)
@@ -57,6 +65,8 @@ class FlowRollout:
             same_initial_noise=s.same_initial_noise,
             num_groups=train_config.train.prompts_per_iteration,
             batch_size=train_config.train.rollout_batch_size,
+            measure_kl=measure_kl,
+            keep_means=keep_means,
         )
 
     @property
@@ -117,6 +127,8 @@ class FlowRollout:
             x = noise.randn(0, shape, device)
         latents = [x]
         log_probs = torch.zeros(n, self.num_steps, device=device)
+        step_kl = torch.zeros(n, self.num_steps, device=device) if self.measure_kl else None
+        means = torch.zeros(n, self.num_steps, *shape, device=device) if self.keep_means else None
 
         # ODE prefix: shared within a group when the group starts from one noise.
         prefix = int(window.float().argmax()) if bool(window.any()) else self.num_steps
@@ -141,6 +153,10 @@ class FlowRollout:
             if window[i]:
                 out = self.sde.step(v, i, x, noise=step_noise.pop(i))
                 log_probs[:, i] = out.log_prob
+                if means is not None:
+                    means[:, i] = out.mean
+                if step_kl is not None:
+                    step_kl[:, i] = self._step_kl(policy, x, sigmas[i], condition, i, out)
                 x = out.prev_sample
             else:
                 x = self.ode.step(v, i, x).prev_sample
@@ -154,7 +170,29 @@ class FlowRollout:
             log_probs=log_probs,
             trainable_steps=trainable.expand(n, -1).clone(),
             advantages=torch.zeros(n, device=device),
+            step_kl=step_kl,
+            means=means,
         )
+
+    def _step_kl(
+        self,
+        policy: Any,
+        x: torch.Tensor,
+        sigma: torch.Tensor,
+        condition: dict[str, torch.Tensor],
+        step: int,
+        out: Any,
+    ) -> torch.Tensor:
+        """``[n]`` exact KL of the step just taken to the reference policy's step from the same
+        state (``mean((mu - mu_ref)^2) / (2 std^2)``, as Flow-GRPO's pipelines compute it for
+        ``kl_reward``: their ``std_dev_t`` there includes ``sqrt(-dt)``)."""
+        with policy.reference():
+            v_ref = self._velocity(policy, x, sigma, condition)
+        ref_mean = self.sde.step(v_ref, step, x, prev_sample=out.prev_sample).mean
+        random = out.std > 0  # a deterministic step (CPS's last) has no density, hence no KL
+        safe = torch.where(random, out.std, torch.ones_like(out.std))
+        kl = gaussian_mean_kl(out.mean, ref_mean, safe, self.sde.log_prob_reduction)
+        return torch.where(random, kl, torch.zeros_like(kl))
 
     def _ode_steps(
         self,

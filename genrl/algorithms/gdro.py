@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import group_moments
-from genrl.algorithms.base import RolloutNoise, register_algorithm
+from genrl.algorithms.base import RolloutNoise, StepContext, register_algorithm
 from genrl.algorithms.flow_endpoints import EndpointAlgorithm, EndpointConfig, unit_velocity
 from genrl.overrides import ConfigError
 from genrl.regression_losses import GroupRankingLoss
@@ -100,7 +100,7 @@ class GDRO(EndpointAlgorithm):
         return units
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints
+        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
         target = mb.noise - mb.clean

@@ -22,8 +22,14 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import sequence_advantages
-from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
-from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, aggregate, token_kl
+from genrl.algorithms.base import (
+    Algorithm,
+    AlgorithmConfig,
+    RolloutNoise,
+    StepContext,
+    register_algorithm,
+)
+from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
 from genrl.overrides import ConfigError
 from genrl.rollout import TokenRollout
 from samplers.autoregressive import TokenSampler
@@ -38,19 +44,32 @@ class GRPOConfig(AlgorithmConfig):
     clip_range_high: float | None = None
     """Upper epsilon (DAPO clip-higher: 0.28; GSPO: 4e-4); None = ``clip_range``."""
     ratio_level: Literal["token", "sequence"] = "token"
-    """``token`` (GRPO/DAPO) or ``sequence`` (GSPO: one length-normalised ratio per answer)."""
-    aggregation: Literal["sequence_mean", "token_mean", "constant"] = "sequence_mean"
-    """Loss reduction over tokens: per-sequence mean (GRPO), mean over all tokens of the
-    minibatch (DAPO), or token sum / (B * max_new_tokens) (Dr.GRPO)."""
+    """``token`` (GRPO/DAPO) or ``sequence`` (GSPO: one length-normalised ratio per answer; pair
+    it with ``aggregation=sequence_mean``, which verl's GSPO loss always uses)."""
+    aggregation: Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"] = (
+        "sequence_mean"
+    )
+    """Loss reduction over tokens (``genrl.losses.aggregate``): per-sequence mean (GRPO, TRL
+    ``grpo``); token mean over the optimizer step's tokens on all processes (DAPO, TRL ``dapo``);
+    token mean per minibatch (TRL ``bnpo``); mean of per-sequence token sums (verl
+    ``seq-mean-token-sum``); token sum / (B * max_new_tokens) (Dr.GRPO)."""
     advantage: Literal["group", "rloo"] = "group"
     """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out."""
     std_mode: Literal["group", "global", "none"] = "group"
     """Divide by the group's reward std (GRPO), the batch's (``global``) or nothing (Dr.GRPO)."""
+    std_estimator: Literal["sample", "population"] = "sample"
+    """Std of the normaliser: Bessel's, as TRL and verl (``torch.std``), or the population's."""
+    std_eps: float = 1e-4
+    """Added to the std (TRL: 1e-4; verl: 1e-6)."""
     kl_beta: float = 0.0
     """Weight of the KL to the reference (DeepSeekMath 0.04; TRL and DAPO 0). 0 skips the
     reference forward entirely."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token KL estimator (Schulman's k3 is GRPO's)."""
+    """Per-token KL estimator (Schulman's k3 is GRPO's); the KL term is reduced with
+    ``aggregation``, as in TRL and verl."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound (> 1) on the ratio of negative-advantage tokens (verl's ``clip_ratio_c``,
+    3 there); None (TRL) disables it."""
     advantage_clip: float | None = None
     """Clamp advantages to +-this; None disables."""
 
@@ -61,6 +80,10 @@ class GRPOConfig(AlgorithmConfig):
             raise ConfigError(f"algorithm.kl_beta must be >= 0, got {self.kl_beta}")
         if self.aggregation not in AGGREGATIONS:
             raise ConfigError(f"algorithm.aggregation must be one of {AGGREGATIONS}")
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise ConfigError(f"algorithm.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.std_eps < 0:
+            raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
         if train_config is not None:
             if train_config.generation.temperature <= 0:
                 raise ConfigError(
@@ -87,6 +110,7 @@ class GRPO(Algorithm):
             level=config.ratio_level,
             aggregation=config.aggregation,
             max_length=g.max_new_tokens,
+            clip_ratio_c=config.clip_ratio_c,
         )
 
     # -- rollout ---------------------------------------------------------------------------------
@@ -159,40 +183,56 @@ class GRPO(Algorithm):
 
     # -- advantages and loss -----------------------------------------------------------------------
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        del prompts
+        del prompts, inputs
         c = self.config
-        return sequence_advantages(rewards, group_ids, c.advantage, c.std_mode, c.advantage_clip)
+        return sequence_advantages(
+            rewards,
+            group_ids,
+            c.advantage,
+            c.std_mode,
+            c.advantage_clip,
+            eps=c.std_eps,
+            std_estimator=c.std_estimator,
+        )
 
     def training_units(self, rollout: TokenRollout, noise: RolloutNoise) -> TokenRollout:
         del noise
         return rollout
 
-    def loss(self, policy: Any, minibatch: TokenRollout) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss_tokens(self, units: TokenRollout) -> int | None:  # type: ignore[override]
+        if self.config.aggregation != "token_mean":
+            return None
+        return int(units.completion_mask.sum())
+
+    def loss(
+        self, policy: Any, minibatch: TokenRollout, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
+        tokens = step.tokens_per_minibatch if step is not None else None
         log_probs = policy.token_log_probs(
             mb.input_ids, mb.attention_mask, mb.completion_start, self.sampler
         )
-        loss, metrics = self.surrogate(
-            log_probs, mb.old_log_probs, mb.advantages, mb.completion_mask
+        return token_policy_loss(
+            self.surrogate,
+            log_probs,
+            mb.old_log_probs,
+            mb.ref_log_probs,
+            mb.advantages,
+            mb.completion_mask,
+            kl_beta=self.config.kl_beta,
+            kl_estimator=self.config.kl_estimator,
+            tokens_per_minibatch=tokens,
+            extra={
+                "completion_length": mb.completion_mask.float().sum(1).mean(),
+                "truncated_fraction": (~mb.finished).float().mean(),
+            },
         )
-        metrics["policy_loss"] = float(loss.detach())
-        if self.config.kl_beta > 0:
-            kl = token_kl(log_probs, mb.ref_log_probs, self.config.kl_estimator, mb.completion_mask)
-            kl_term = aggregate(
-                kl,
-                mb.completion_mask,
-                self.config.aggregation,
-                self.train_config.generation.max_new_tokens,
-            )
-            loss = loss + self.config.kl_beta * kl_term
-            metrics["kl"] = float(kl_term.detach())
-        with torch.no_grad():
-            mask = mb.completion_mask.float()
-            metrics["completion_length"] = float(mask.sum(1).mean())
-            metrics["truncated_fraction"] = float((~mb.finished).float().mean())
-        return loss, metrics
 
     # -- evaluation ------------------------------------------------------------------------------
     def evaluation_outputs(

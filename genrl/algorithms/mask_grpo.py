@@ -22,9 +22,15 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import sequence_advantages
-from genrl.algorithms.base import Algorithm, AlgorithmConfig, RolloutNoise, register_algorithm
+from genrl.algorithms.base import (
+    Algorithm,
+    AlgorithmConfig,
+    RolloutNoise,
+    StepContext,
+    register_algorithm,
+)
 from genrl.dllm_estimators import ESTIMATORS, LikelihoodEstimator
-from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, aggregate, token_kl
+from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
 from genrl.overrides import ConfigError
 from genrl.rollout import MaskedRollout, MaskedUnits
 from samplers.masked import MaskedDiffusionSampler
@@ -38,25 +44,37 @@ class MaskGRPOConfig(AlgorithmConfig):
     """Registry name."""
     estimator: Literal["maskgrpo", "d1", "random_ratio", "trace"] = "maskgrpo"
     """Likelihood estimator (``genrl/dllm_estimators.py``)."""
-    num_iterations: int = 4
-    """Corrupted views per rollout sample (MaskGRPO's and d1's inner iterations, mu; d1: 12).
-    The ``trace`` estimator is deterministic and uses one."""
+    num_iterations: int = 12
+    """Corrupted views per rollout sample (MaskGRPO's and d1's inner iterations, mu: 12 in both
+    released recipes). The ``trace`` estimator is deterministic and uses one."""
     mask_ratio_floor: float = 0.6
     """MaskGRPO: first mask ratio ``m`` of ``t_j = m + (1 - m)(j + 1)/mu`` (text: 0.6)."""
+    post_eos: Literal["count", "exclude"] = "count"
+    """MaskGRPO's views: ``count`` masks and scores completion positions after the end token
+    like any other, as the released code does (its loss mask is the re-masking mask), so a view
+    does not reveal where the answer ends; ``exclude`` never masks or counts them."""
     prompt_mask_prob: float = 0.15
     """d1: probability of masking each prompt token."""
     clip_range: float = 0.2
-    """PPO epsilon (d1 uses 0.5)."""
+    """PPO epsilon (MaskGRPO 0.2; d1 0.5)."""
     clip_range_high: float | None = None
     """Upper epsilon; None = ``clip_range``."""
-    aggregation: Literal["sequence_mean", "token_mean", "constant"] = "token_mean"
-    """Reduction over counted tokens of the minibatch's views."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound (> 1) for negative advantages; None disables it."""
+    aggregation: Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"] = "bnpo"
+    """Reduction over counted tokens: both released codes take one token mean over the local
+    minibatch (``bnpo``); see ``genrl.losses.aggregate`` for the others."""
     advantage: Literal["group", "rloo"] = "group"
     """Group z-score or leave-one-out."""
     std_mode: Literal["group", "global", "none"] = "group"
     """Advantage normaliser (d1: none, ``r - mean``)."""
-    kl_beta: float = 0.0
-    """Weight of the k3 KL to the reference on the same views (d1: 0.04); 0 skips it."""
+    std_estimator: Literal["sample", "population"] = "sample"
+    """Std of the normaliser (MaskGRPO: ``torch.std``, Bessel)."""
+    std_eps: float = 1e-5
+    """Added to the std (MaskGRPO: 1e-5)."""
+    kl_beta: float = 0.01
+    """Weight of the k3 KL to the reference on the same views (MaskGRPO 0.01, d1 0.04); 0
+    skips it."""
     advantage_clip: float | None = None
     """Clamp advantages to +-this; None disables."""
 
@@ -69,6 +87,10 @@ class MaskGRPOConfig(AlgorithmConfig):
             raise ConfigError("algorithm.clip_range must be > 0 and kl_beta >= 0")
         if self.aggregation not in AGGREGATIONS:
             raise ConfigError(f"algorithm.aggregation must be one of {AGGREGATIONS}")
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise ConfigError(f"algorithm.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.std_eps < 0:
+            raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
         if train_config is not None:
             g = train_config.generation
             if g.temperature <= 0:
@@ -99,12 +121,13 @@ class MaskGRPO(Algorithm):
             config.clip_range_high,
             aggregation=config.aggregation,
             max_length=g.max_new_tokens,
+            clip_ratio_c=config.clip_ratio_c,
         )
 
     def _make_estimator(self) -> LikelihoodEstimator:
         c = self.config
-        options = {
-            "maskgrpo": {"ratio_floor": c.mask_ratio_floor},
+        options: dict[str, dict[str, Any]] = {
+            "maskgrpo": {"ratio_floor": c.mask_ratio_floor, "count_tail": c.post_eos == "count"},
             "d1": {"prompt_mask_prob": c.prompt_mask_prob},
         }.get(c.estimator, {})
         return ESTIMATORS[c.estimator](**options)
@@ -181,11 +204,23 @@ class MaskGRPO(Algorithm):
 
     # -- advantages and loss -----------------------------------------------------------------------
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        del prompts
+        del prompts, inputs
         c = self.config
-        return sequence_advantages(rewards, group_ids, c.advantage, c.std_mode, c.advantage_clip)
+        return sequence_advantages(
+            rewards,
+            group_ids,
+            c.advantage,
+            c.std_mode,
+            c.advantage_clip,
+            eps=c.std_eps,
+            std_estimator=c.std_estimator,
+        )
 
     def num_units(self, num_samples: int) -> int:
         """Views per sample: one per inner iteration, or one per sampling step for ``trace``."""
@@ -198,23 +233,28 @@ class MaskGRPO(Algorithm):
         del noise
         return rollout.units()
 
-    def loss(self, policy: Any, minibatch: MaskedUnits) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss_tokens(self, units: MaskedUnits) -> int | None:  # type: ignore[override]
+        if self.config.aggregation != "token_mean":
+            return None
+        return int(units.counted.sum())
+
+    def loss(
+        self, policy: Any, minibatch: MaskedUnits, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
         start = mb.inputs.shape[1] - mb.targets.shape[1]
         log_probs = policy.token_log_probs(mb.inputs, mb.attention_mask, mb.targets, start)
-        loss, metrics = self.surrogate(log_probs, mb.old_log_probs, mb.advantages, mb.counted)
-        metrics["policy_loss"] = float(loss.detach())
-        if self.config.kl_beta > 0:
-            kl = aggregate(
-                token_kl(log_probs, mb.ref_log_probs, mask=mb.counted),
-                mb.counted,
-                self.config.aggregation,
-                self.train_config.generation.max_new_tokens,
-            )
-            loss = loss + self.config.kl_beta * kl
-            metrics["kl"] = float(kl.detach())
-        metrics["counted_tokens"] = float(mb.counted.float().sum(1).mean())
-        return loss, metrics
+        return token_policy_loss(
+            self.surrogate,
+            log_probs,
+            mb.old_log_probs,
+            mb.ref_log_probs,
+            mb.advantages,
+            mb.counted,
+            kl_beta=self.config.kl_beta,
+            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
+            extra={"counted_tokens": mb.counted.float().sum(1).mean()},
+        )
 
     # -- evaluation ------------------------------------------------------------------------------
     def evaluation_outputs(

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import PerPromptStatTracker
-from genrl.algorithms.base import register_algorithm
+from genrl.algorithms.base import StepContext, register_algorithm
 from genrl.algorithms.flow_endpoints import EndpointAlgorithm, EndpointConfig, unit_velocity
 from genrl.overrides import ConfigError
 from genrl.regression_losses import RAMLoss
@@ -87,7 +87,7 @@ class RAM(EndpointAlgorithm):
         return self.tracker.update(prompts, rewards)
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints
+        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         mb = minibatch
         target = (mb.noise - mb.clean).flatten(0, 1)
