@@ -38,11 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a policy (default: the embedded digits task)")
     _add_config_args(train)
-    train.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
     train.add_argument(
+        "--output-dir",
+        help="run directory (default runs/<recipe>-<time>); a fresh run refuses one that holds "
+        "a run (config.json, metrics.jsonl, summary.json or checkpoints/) unless --resume or "
+        "--overwrite is given",
+    )
+    start = train.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume",
         metavar="DIR",
         help="continue a run: its directory (latest checkpoint) or a checkpoint directory",
+    )
+    start.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a fresh run in a directory that holds one: delete the files and folders a "
+        "run writes there (config.json, metrics.jsonl, summary.json, checkpoints/, tensorboard/, "
+        "export/, sample grids, reward curve) and keep every other file",
     )
 
     ev = sub.add_parser("eval", help="held-out reward of a recipe's policy or a checkpoint")
@@ -165,12 +178,15 @@ def _run_dir_of(path: Path) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from genrl.rundir import refuse_existing_run, resolve_run_dir
     from genrl.trainer import Trainer
 
     resume = Path(args.resume) if args.resume else None
     config = _load_config(args, resume)
-    run_dir = args.output_dir or (_run_dir_of(resume) if resume else None)
-    Trainer(config, run_dir=run_dir, resume_from=resume).train()
+    run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
+    if resume is None and not args.overwrite:
+        refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
+    Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite).train()
     return 0
 
 
