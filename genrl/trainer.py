@@ -29,6 +29,7 @@ from genrl.config import TrainConfig
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats, process_slice
 from genrl.interrupt import StopRequest
+from genrl.launch import build_accelerator
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.prompts import load_prompts
@@ -43,7 +44,8 @@ class Trainer:
             A fresh run (no ``resume_from``) refuses a directory that holds another run
             (``genrl/rundir.py``) when ``train()`` starts.
         resume_from: a run directory or checkpoint directory to continue from.
-        accelerator: an ``accelerate.Accelerator``; one is created when None.
+        accelerator: an ``accelerate.Accelerator``; one is created when None
+            (``build_accelerator``).
         overwrite: let a fresh run delete another run's files from ``run_dir`` (files a run
             does not write are kept).
     """
@@ -56,11 +58,9 @@ class Trainer:
         accelerator: Any = None,
         overwrite: bool = False,
     ) -> None:
-        from accelerate import Accelerator
-
         if overwrite and resume_from:
             raise ValueError("overwrite=True starts a run afresh; it cannot resume one")
-        self.accelerator = accelerator or Accelerator(mixed_precision=config.train.mixed_precision)
+        self.accelerator = accelerator or build_accelerator(config.train.mixed_precision)
         config.validate(self.accelerator.num_processes)
         self.config = config
         self.run_dir = rundir.resolve_run_dir(config, run_dir)
