@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_threads()
     try:
         return _COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        print("interrupted; the run directory holds a checkpoint to --resume from", file=sys.stderr)
+    except KeyboardInterrupt:  # train and serve-reward say more themselves
+        print("genrl: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
         if os.environ.get("GENRL_DEBUG") or not _is_user_error(err):
@@ -186,8 +186,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
     if resume is None and not args.overwrite:
         refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
-    Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite).train()
+    try:
+        Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite).train()
+    except KeyboardInterrupt:
+        print(f"genrl: {_interrupted_run(run_dir)}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _interrupted_run(run_dir: Path) -> str:
+    """What an interrupted run left: its latest checkpoint, or that there is none."""
+    from genrl.checkpoint import PREFIX, list_checkpoints
+    from genrl.rundir import run_markers
+
+    found = list_checkpoints(run_dir)
+    if not run_markers(run_dir):
+        return f"interrupted before the run wrote anything to {run_dir}"
+    if not found:
+        return (
+            f"interrupted; {run_dir} holds no checkpoint: start again (with --overwrite to "
+            "reuse the directory)"
+        )
+    iteration = int(found[-1].name.removeprefix(PREFIX))
+    return (
+        f"interrupted; the latest checkpoint is {found[-1]} (iteration {iteration}): continue "
+        f"with --resume {run_dir}"
+    )
 
 
 def _trainer_for(args: argparse.Namespace):
@@ -311,8 +335,12 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout,
     )
     token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
-    print(f"serving reward {args.reward!r} at {server.address} ({token}); Ctrl-C stops", flush=True)
-    server.serve_forever()
+    address = server.address
+    print(f"serving reward {args.reward!r} at {address} ({token}); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()  # shuts the server down however it ends
+    except KeyboardInterrupt:  # the way to stop it: a normal end
+        print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
     return 0
 
 
