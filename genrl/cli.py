@@ -38,11 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a policy (default: the embedded digits task)")
     _add_config_args(train)
-    train.add_argument("--output-dir", help="run directory (default runs/<recipe>-<time>)")
     train.add_argument(
+        "--output-dir",
+        help="run directory (default runs/<recipe>-<time>); a fresh run refuses one that holds "
+        "a run (config.json, metrics.jsonl, summary.json or checkpoints/) unless --resume or "
+        "--overwrite is given",
+    )
+    start = train.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume",
         metavar="DIR",
         help="continue a run: its directory (latest checkpoint) or a checkpoint directory",
+    )
+    start.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a fresh run in a directory that holds one: delete the files and folders a "
+        "run writes there (config.json, metrics.jsonl, summary.json, checkpoints/, tensorboard/, "
+        "export/, sample grids, reward curve) and keep every other file",
     )
 
     ev = sub.add_parser("eval", help="held-out reward of a recipe's policy or a checkpoint")
@@ -100,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     _configure_threads()
     try:
         return _COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        print("interrupted; the run directory holds a checkpoint to --resume from", file=sys.stderr)
+    except KeyboardInterrupt:  # train and serve-reward say more themselves
+        print("genrl: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
         if os.environ.get("GENRL_DEBUG") or not _is_user_error(err):
@@ -165,13 +178,40 @@ def _run_dir_of(path: Path) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from genrl.rundir import refuse_existing_run, resolve_run_dir
     from genrl.trainer import Trainer
 
     resume = Path(args.resume) if args.resume else None
     config = _load_config(args, resume)
-    run_dir = args.output_dir or (_run_dir_of(resume) if resume else None)
-    Trainer(config, run_dir=run_dir, resume_from=resume).train()
+    run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
+    if resume is None and not args.overwrite:
+        refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
+    try:
+        Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite).train()
+    except KeyboardInterrupt:
+        print(f"genrl: {_interrupted_run(run_dir)}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _interrupted_run(run_dir: Path) -> str:
+    """What an interrupted run left: its latest checkpoint, or that there is none."""
+    from genrl.checkpoint import PREFIX, list_checkpoints
+    from genrl.rundir import run_markers
+
+    found = list_checkpoints(run_dir)
+    if not run_markers(run_dir):
+        return f"interrupted before the run wrote anything to {run_dir}"
+    if not found:
+        return (
+            f"interrupted; {run_dir} holds no checkpoint: start again (with --overwrite to "
+            "reuse the directory)"
+        )
+    iteration = int(found[-1].name.removeprefix(PREFIX))
+    return (
+        f"interrupted; the latest checkpoint is {found[-1]} (iteration {iteration}): continue "
+        f"with --resume {run_dir}"
+    )
 
 
 def _trainer_for(args: argparse.Namespace):
@@ -295,8 +335,12 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout,
     )
     token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
-    print(f"serving reward {args.reward!r} at {server.address} ({token}); Ctrl-C stops", flush=True)
-    server.serve_forever()
+    address = server.address
+    print(f"serving reward {args.reward!r} at {address} ({token}); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()  # shuts the server down however it ends
+    except KeyboardInterrupt:  # the way to stop it: a normal end
+        print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
     return 0
 
 

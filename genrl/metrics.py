@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+
+class MetricsError(ValueError):
+    """``metrics.jsonl`` is corrupt: a line other than a torn last one is not JSON."""
 
 
 class MetricsWriter:
@@ -15,8 +20,9 @@ class MetricsWriter:
     Args:
         run_dir: the run directory.
         tensorboard: also write event files under ``run_dir/tensorboard``.
-        resume_iteration: on resume, drop lines logged after this iteration so that no iteration
-            appears twice.
+        resume_iteration: on resume from the checkpoint of this iteration, drop the lines logged
+            after that checkpoint was written (see ``logged_before_checkpoint``) so that no
+            iteration, and no final evaluation, appears twice.
     """
 
     def __init__(
@@ -24,7 +30,8 @@ class MetricsWriter:
     ) -> None:
         self.path = run_dir / "metrics.jsonl"
         if resume_iteration is not None and self.path.exists():
-            kept = [row for row in read_metrics(self.path) if row["iteration"] <= resume_iteration]
+            rows = read_metrics(self.path)
+            kept = [row for row in rows if logged_before_checkpoint(row, resume_iteration)]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self._tb = None
         if tensorboard:
@@ -54,10 +61,38 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def logged_before_checkpoint(row: dict[str, Any], iteration: int) -> bool:
+    """Whether ``row`` was logged before the checkpoint of ``iteration`` was written: the rows of
+    earlier iterations and that iteration's own row, but not the final held-out evaluation (an
+    ``eval/``-only row at the last iteration, logged after the final checkpoint). The
+    evaluation before training (an ``eval/``-only row at 0) precedes every checkpoint."""
+    if row["iteration"] != iteration:
+        return row["iteration"] < iteration
+    return iteration == 0 or any(k != "iteration" and not k.startswith("eval/") for k in row)
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl``. A torn last line (no newline and not JSON: a write cut
+    short by a full disk or a crash) is left out: it was being logged after the run's last
+    checkpoint. A line that is not JSON anywhere else raises ``MetricsError``."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    *lines, tail = path.read_text(encoding="utf-8").split("\n")
+    rows = [_parse(path, number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    if tail.strip():
+        with contextlib.suppress(MetricsError):  # torn: dropped
+            rows.append(_parse(path, len(lines) + 1, tail))
+    return rows
+
+
+def _parse(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise MetricsError(
+            f"{path}: line {number} is not valid JSON ({err.msg} at column {err.colno}); "
+            "the file is corrupt (only a torn last line is skipped)"
+        ) from None
 
 
 class MeanAccumulator:

@@ -72,6 +72,7 @@ class RunReport:
             "heldout_per_prompt_before": before["per_prompt"],
             "heldout_per_prompt_after": after.per_prompt,
             "iterations": t.iteration,
+            "num_processes": t.accelerator.num_processes,
             "optimizer_steps": t.optimizer_steps,
             "samples_seen": t.iteration * t.num_global,
             "wall_seconds": wall_seconds,

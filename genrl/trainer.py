@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from genrl import checkpoint as ckpt
+from genrl import rundir
 from genrl.advantages import zero_std_fraction
 from genrl.algorithms import ALGORITHMS
 from genrl.allocation import DynamicSamplingError
@@ -28,6 +29,7 @@ from genrl.config import TrainConfig
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats, process_slice
 from genrl.interrupt import StopRequest
+from genrl.launch import build_accelerator
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.prompts import load_prompts
@@ -39,8 +41,13 @@ class Trainer:
     Args:
         config: the run's configuration (validated here).
         run_dir: where outputs go; default ``config.output_dir`` or ``runs/<recipe>-<time>``.
+            A fresh run (no ``resume_from``) refuses a directory that holds another run
+            (``genrl/rundir.py``) when ``train()`` starts.
         resume_from: a run directory or checkpoint directory to continue from.
-        accelerator: an ``accelerate.Accelerator``; one is created when None.
+        accelerator: an ``accelerate.Accelerator``; one is created when None
+            (``build_accelerator``).
+        overwrite: let a fresh run delete another run's files from ``run_dir`` (files a run
+            does not write are kept).
     """
 
     def __init__(
@@ -49,13 +56,16 @@ class Trainer:
         run_dir: str | Path | None = None,
         resume_from: str | Path | None = None,
         accelerator: Any = None,
+        overwrite: bool = False,
     ) -> None:
-        from accelerate import Accelerator
-
-        self.accelerator = accelerator or Accelerator(mixed_precision=config.train.mixed_precision)
+        if overwrite and resume_from:
+            raise ValueError("overwrite=True starts a run afresh; it cannot resume one")
+        self.accelerator = accelerator or build_accelerator(config.train.mixed_precision)
         config.validate(self.accelerator.num_processes)
         self.config = config
-        self.run_dir = Path(run_dir or config.output_dir or _default_run_dir(config.recipe))
+        self.run_dir = rundir.resolve_run_dir(config, run_dir)
+        self.overwrite = overwrite
+        self._started = False  # a later train() call continues this run in memory
 
         # Resolve the checkpoint first so that a bad --resume fails before any heavy work.
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
@@ -226,6 +236,20 @@ class Trainer:
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
         ckpt.restore_rng(state)
 
+    def _claim_run_dir(self) -> None:
+        """A fresh run starts in a directory that holds no other run (``genrl/rundir.py``)."""
+        if not self.overwrite:
+            rundir.refuse_existing_run(self.run_dir)
+        elif self.is_main:
+            removed = rundir.clear_run(self.run_dir)
+            if removed:
+                print(
+                    f"genrl: overwrite: deleted {', '.join(removed)} from {self.run_dir}",
+                    flush=True,
+                )
+        # Every process looks (and the main one clears) before the main one writes anything.
+        self.accelerator.wait_for_everyone()
+
     # ------------------------------------------------------------------------------------------
     def train(self, stop_after: int | None = None) -> dict[str, Any]:
         """Run (or continue) training; returns the summary written to ``summary.json``.
@@ -245,6 +269,9 @@ class Trainer:
                 for path in ckpt.set_aside_newer(self.run_dir, self.iteration):
                     print(f"genrl: moved later checkpoint {path.name} to {path.parent}", flush=True)
             self.accelerator.wait_for_everyone()
+        elif not self._started:
+            self._claim_run_dir()
+        self._started = True
         report = RunReport(self, self.run_dir) if self.is_main else None
         if report is not None:
             report.start(resumed=resumed)
@@ -335,10 +362,6 @@ def _eval_metrics(result: EvalResult) -> dict[str, float]:
 
 def _eval_record(result: EvalResult) -> dict[str, Any]:
     return {"reward": result.reward, "per_prompt": result.per_prompt, "scores": result.scores}
-
-
-def _default_run_dir(recipe: str) -> Path:
-    return Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _progress(start: int, total: int, enabled: bool) -> Any:
