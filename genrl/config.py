@@ -59,18 +59,25 @@ class SamplerConfig:
     """Stochastic steps per trajectory; 0 makes every step stochastic (Flow-GRPO). With ``k > 0``
     only a window of ``k`` consecutive steps is stochastic (and trained); the others are ODE
     steps (Flow-GRPO-Fast: 2-3; MixGRPO: 4)."""
-    sde_window_schedule: Literal["random", "progressive"] = "random"
+    sde_window_schedule: Literal["random", "progressive", "decay"] = "random"
     """Where the window sits: ``random`` draws its start each iteration from
     ``sde_window_range`` (Flow-GRPO-Fast, MixGRPO-random); ``progressive`` slides it from the
     first step towards the last by ``sde_window_stride`` every ``sde_window_shift_every``
-    iterations (MixGRPO)."""
+    iterations (MixGRPO); ``decay`` slides it likewise with an interval that shrinks linearly in
+    the window's position from ``sde_window_shift_every`` to ``sde_window_shift_every_min``
+    (MixGRPO's ``decay``; its defaults 10 and 1)."""
     sde_window_range: list[int] | None = None
     """``[first, last)``: the steps a random window lies within (Flow-GRPO-Fast:
     ``[0, num_steps // 2]``); None allows every position."""
     sde_window_stride: int = 1
     """Steps the progressive window advances per shift."""
     sde_window_shift_every: int = 25
-    """Iterations between shifts of the progressive window."""
+    """Iterations between shifts of the progressive window (the first interval of ``decay``)."""
+    sde_window_shift_every_min: int = 1
+    """Last interval of the ``decay`` schedule."""
+    sde_window_wrap: bool = False
+    """A sliding window that has passed the last step starts again at step 0 (MixGRPO's
+    ``--roll_back``, used by its released scripts); otherwise it stays at the end."""
     same_initial_noise: bool = False
     """Every sample of a group starts from the same noise. With a window that starts after
     step 0 the ODE prefix is then identical within a group and computed once per prompt
@@ -384,8 +391,11 @@ class TrainConfig:
                 f"sampler.sde_window_size must lie in [0, sampler.num_steps={s.num_steps}], "
                 f"got {s.sde_window_size}"
             )
-        if s.sde_window_stride < 1 or s.sde_window_shift_every < 1:
-            raise ConfigError("sampler.sde_window_stride and sde_window_shift_every must be >= 1")
+        if min(s.sde_window_stride, s.sde_window_shift_every, s.sde_window_shift_every_min) < 1:
+            raise ConfigError(
+                "sampler.sde_window_stride, sde_window_shift_every and sde_window_shift_every_min "
+                "must be >= 1"
+            )
         if s.sde_window_range is None:
             return
         if s.sde_window_size == 0 or s.sde_window_schedule != "random":

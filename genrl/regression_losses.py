@@ -75,8 +75,9 @@ class GroupRankingLoss:
     With the group sorted by explicit reward ``r_1 >= .. >= r_k``, the Plackett-Luce loss with
     soft targets (eq. 7):
     ``L_rank = sum_{i=1}^{k-1} [logsumexp(s_i..s_k) - sum_{j>=i} q_i(j) s_j]``,
-    ``q_i = softmax(r_i..r_k / tau)`` (``tau = 0``: one-hot on the best remaining, plain
-    Plackett-Luce), plus ``gamma`` times the flow-matching loss of the best sample (eq. 8-9).
+    ``q_i = softmax(r_i..r_k / tau)`` (``tau = 0``: its limit, equal weight on the best
+    remaining members, one-hot without ties: plain Plackett-Luce), plus ``gamma`` times the
+    flow-matching loss of the best sample (eq. 8-9; members tied for best share it).
     With ``k = 2`` and ``tau -> 0`` it is Diffusion-DPO's ``-log sigmoid(s_1 - s_2)``.
 
     Args:
@@ -115,19 +116,15 @@ class GroupRankingLoss:
             rest_r = r[:, i:]
             if self.tau > 0:
                 q = torch.softmax(rest_r / self.tau, dim=1)
-            else:  # the best remaining member (the first among ties, as sorted)
-                q = torch.zeros_like(rest_r)
-                q[:, 0] = 1.0
+            else:  # the limit tau -> 0: equal weight on the best remaining members (ties)
+                q = (rest_r == rest_r[:, :1]).float()
+                q = q / q.sum(dim=1, keepdim=True)
             rank_loss = rank_loss + torch.logsumexp(s[:, i:], dim=1) - (q * s[:, i:]).sum(dim=1)
-        best_error = per_sample_mean(
-            (target_velocity - velocity).gather(
-                1,
-                order[:, :1]
-                .view(-1, 1, *([1] * (velocity.dim() - 2)))
-                .expand(-1, 1, *velocity.shape[2:]),
-            )
-            ** 2
-        )
+        # The flow-matching term on the best sample; members tied for best share it, so that
+        # the loss does not depend on the order of equal rewards.
+        errors = per_sample_mean((target_velocity - velocity) ** 2, 2).gather(1, order)  # [U, k]
+        is_best = (r == r[:, :1]).float()
+        best_error = (errors * is_best).sum(dim=1) / is_best.sum(dim=1)
         loss = rank_loss.mean() + self.gamma * best_error.mean()
         with torch.no_grad():
             top_prob = torch.softmax(s, dim=1)[:, 0]

@@ -225,3 +225,25 @@ def test_bad_settings_are_rejected(tmp_path: Path, lm_dir: Path, monkeypatch) ->
         config.validate()
     with pytest.raises(ValueError, match="cannot load"):
         build_policy("causal_lm", pretrained=str(tmp_path / "missing"))
+
+
+def test_dapo_token_mean_spans_the_accumulation_window(
+    tmp_path: Path, lm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DAPO's token mean (TRL ``loss_type="dapo"``: token sum / tokens of the whole step over
+    all processes): two accumulated minibatches of 4 completions take the same gradient as one
+    minibatch of 8, whatever their token counts; the per-minibatch mean (``bnpo``) does not."""
+    from genrl import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    norms = {}
+    for aggregation in ("token_mean", "bnpo"):
+        for size, accumulate in ((4, 2), (8, 1)):
+            config = lm_config(tmp_path, lm_dir, aggregation=aggregation)
+            config.train.minibatch_size, config.train.gradient_accumulation_steps = size, accumulate
+            config.optim.max_grad_norm = None
+            config.output_dir = str(tmp_path / f"{aggregation}-{size}")
+            trainer = Trainer(config)
+            norms[aggregation, size] = trainer.train_iteration()["grad_norm"]
+    assert norms["token_mean", 4] == pytest.approx(norms["token_mean", 8], rel=1e-4)
+    assert norms["bnpo", 4] != pytest.approx(norms["bnpo", 8], rel=1e-3)

@@ -134,6 +134,25 @@ def test_maskgrpo_ratio_schedule_and_fading_mask() -> None:
     assert torch.equal(view.completion[~view.counted], completion[~view.counted])
 
 
+def test_maskgrpo_masks_and_counts_the_tail_after_the_end_token() -> None:
+    """MaskGRPO's released code (``grpo/mask_grpo_trainer.py``: the loss mask is the re-masking
+    mask, which has no end-token condition) masks positions after EOS like any other, so a view
+    does not show where the answer ends; ``count_tail=False`` keeps them visible, uncounted."""
+    prompt, completion, valid, reveal = _batch()
+    valid[:, 3:] = False  # the answer ends at position 2 (its EOS); 3..7 are the tail
+    views = {
+        tail: FadingMaskEstimator(0.6, count_tail=tail).views(
+            prompt, completion, valid, reveal, MASK, seed=7, iteration=3, num_iterations=4
+        )[0]
+        for tail in (True, False)
+    }
+    # Ratio 0.999: nearly everything is masked; with the tail counted, the tail is too.
+    assert bool(views[True].counted[:, 3:].any())
+    assert torch.equal(views[True].counted, views[True].completion == MASK)
+    assert not bool(views[False].counted[:, 3:].any())
+    assert torch.equal(views[False].completion[:, 3:], completion[:, 3:])
+
+
 def test_trace_views_are_the_sampler_states() -> None:
     views = ESTIMATORS["trace"]().views(*_batch(), MASK, 0, 0, 1)
     _, completion, _, reveal = _batch()

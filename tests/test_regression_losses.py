@@ -135,6 +135,32 @@ def test_gdro_pair_with_vanishing_temperature_is_diffusion_dpo() -> None:
     assert cold.item() == pytest.approx(dpo.item(), rel=1e-4)
 
 
+def test_gdro_ties_share_the_target_continuously_in_tau() -> None:
+    """Issue 13: with tau = 0 the whole target weight went to the first of tied members (index
+    order), so the loss jumped between tau = 0 and tau = 1e-8 (5.86 vs 3.86 on issue's group).
+    The limit tau -> 0 of softmax(r / tau) splits it equally among the tied best."""
+    torch.manual_seed(1)
+    u, v, v_ref = torch.randn(1, 3, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 4)
+    r = torch.tensor([[0.7, 0.7, 0.1]])
+    loss_fn = GroupRankingLoss(beta=6.0, tau=0.0, gamma=1.0)
+    hard, _ = loss_fn(v, v_ref, u, r)
+    cold, _ = GroupRankingLoss(beta=6.0, tau=1e-8, gamma=1.0)(v, v_ref, u, r)
+    assert hard.item() == pytest.approx(cold.item(), rel=1e-6)
+    # Swapping the tied members changes nothing.
+    swap = torch.tensor([1, 0, 2])
+    swapped, _ = loss_fn(v[:, swap], v_ref[:, swap], u[:, swap], r[:, swap])
+    assert swapped.item() == pytest.approx(hard.item(), rel=1e-6)
+    # By hand: s = -beta (err - ref err); step 1 targets (1/2, 1/2, 0), step 2 (1, 0) after the
+    # stable sort keeps [member 0, member 1, member 2]; the best term averages members 0 and 1.
+    err = ((u - v) ** 2).mean(2)[0]
+    ref = ((u - v_ref) ** 2).mean(2)[0]
+    s = (-6.0 * (err - ref)).tolist()
+    step1 = math.log(sum(math.exp(x) for x in s)) - (s[0] + s[1]) / 2
+    step2 = math.log(math.exp(s[1]) + math.exp(s[2])) - s[1]
+    expected = step1 + step2 + (float(err[0]) + float(err[1])) / 2
+    assert hard.item() == pytest.approx(expected, rel=1e-5)
+
+
 def test_gdro_gradient_raises_the_better_sample() -> None:
     """One step on the ranking loss lowers the better sample's error relative to the worse."""
     u = torch.tensor([[[1.0], [-1.0]]])

@@ -40,6 +40,11 @@ class DiffusionNFTConfig(EndpointConfig):
     advantage_clip: float = 5.0
     """``A_max``: advantages are clipped to +-this and mapped to ``r = A / (2 A_max) + 1/2``; the
     policy loss is also scaled by it (released code: 5)."""
+    adv_mode: Literal["all", "positive_only", "negative_only", "one_only", "binary"] = "all"
+    """How clipped advantages enter ``r`` (the released ``train_nft_sd3.py``'s
+    ``config.train.adv_mode``): ``all`` as they are; ``positive_only`` / ``negative_only`` keep
+    one sign (the other becomes 0, i.e. ``r = 1/2``); ``one_only``: 1 for positive, else 0;
+    ``binary``: their sign (-1, 0, +1)."""
     kl_beta: float = 1e-4
     """Weight of ``mean (v - v_ref)^2`` (released code: 1e-4; 0 skips the reference forward)."""
     std_mode: Literal["group", "global", "none"] = "global"
@@ -83,10 +88,15 @@ class DiffusionNFT(EndpointAlgorithm):
         self.objective = NFTLoss(config.beta, config.advantage_clip, config.kl_beta)
 
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        del group_ids
-        return clip_advantages(self.tracker.update(prompts, rewards), self.config.advantage_clip)
+        del group_ids, inputs
+        clipped = clip_advantages(self.tracker.update(prompts, rewards), self.config.advantage_clip)
+        return apply_adv_mode(clipped, self.config.adv_mode)
 
     def optimality(self, advantages: torch.Tensor) -> torch.Tensor:
         """``r = clamp(A / (2 A_max) + 1/2, 0, 1)``: the probability that a sample is "positive"."""
@@ -113,3 +123,21 @@ class DiffusionNFT(EndpointAlgorithm):
             mb.sigma.repeat_interleave(mb.clean.shape[1]),
             self.optimality(mb.advantages.reshape(-1)),
         )
+
+
+def apply_adv_mode(advantages: torch.Tensor, mode: str) -> torch.Tensor:
+    """DiffusionNFT's ``adv_mode`` on clipped advantages (``scripts/train_nft_sd3.py`` of
+    NVlabs/DiffusionNFT, applied after the clip to +-``adv_clip_max``)."""
+    if mode == "all":
+        return advantages
+    if mode == "positive_only":
+        return advantages.clamp(min=0)
+    if mode == "negative_only":
+        return advantages.clamp(max=0)
+    if mode == "one_only":
+        return (advantages > 0).to(advantages.dtype)
+    if mode == "binary":
+        return torch.sign(advantages)
+    raise ValueError(
+        f"adv_mode must be all, positive_only, negative_only, one_only or binary, got {mode!r}"
+    )

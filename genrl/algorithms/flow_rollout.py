@@ -36,6 +36,8 @@ class FlowRollout:
     window_range: list[int] | None
     window_stride: int
     window_shift_every: int
+    window_shift_every_min: int
+    window_wrap: bool
     same_initial_noise: bool
     num_groups: int
     batch_size: int = 0
@@ -62,6 +64,8 @@ class FlowRollout:
             window_range=s.sde_window_range,
             window_stride=s.sde_window_stride,
             window_shift_every=s.sde_window_shift_every,
+            window_shift_every_min=s.sde_window_shift_every_min,
+            window_wrap=s.sde_window_wrap,
             same_initial_noise=s.same_initial_noise,
             num_groups=train_config.train.prompts_per_iteration,
             batch_size=train_config.train.rollout_batch_size,
@@ -108,6 +112,8 @@ class FlowRollout:
             self.window_range,
             self.window_stride,
             self.window_shift_every,
+            self.window_wrap,
+            self.window_shift_every_min,
         )
         return sde_window_mask(self.num_steps, self.window_size, start)
 

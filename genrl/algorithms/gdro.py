@@ -75,11 +75,15 @@ class GDRO(EndpointAlgorithm):
         self.objective = GroupRankingLoss(config.beta, config.tau, config.gamma, config.reduction)
 
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
         """Rewards minus their group mean: the soft targets ``softmax(r / tau)`` and the ranking
         do not change under a shift, and this keeps the reward scale ``tau`` refers to."""
-        del prompts
+        del prompts, inputs
         means, _, inverse = group_moments(rewards, group_ids)
         return rewards - means[inverse]
 

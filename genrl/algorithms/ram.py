@@ -44,6 +44,11 @@ class RAMConfig(EndpointConfig):
     ``2 (1 - t) / t`` (``t >= 1e-3``), the factor that turns a velocity error into the control
     error of the memoryless SDE (``sigma_t^2 = 2t / (1 - t)``, ``sigma_t u = 2 (v - v_ref)``), as
     in adjoint matching; not used by the released code."""
+    min_weight: float | None = None
+    """Floor of the per-sample weight ``w = m A`` (> -1, e.g. -0.9). A sample's own fixed point
+    of the semi-gradient, ``v = (v_ref + w u) / (1 + w)``, flips sign for ``w < -1``; the
+    released code does not clamp (None), because per-prompt advantages average to zero, so the
+    mean weight at a point stays near 0. The share of units with ``w < -1`` is logged."""
     std_mode: Literal["group", "global", "none"] = "global"
     """Advantage normaliser: per-prompt mean, std of the whole iteration's rewards (released
     code) or per prompt, or none."""
@@ -67,6 +72,11 @@ class RAMConfig(EndpointConfig):
             raise ConfigError(
                 f"algorithm.reward_multiplier must be positive, got {self.reward_multiplier}"
             )
+        if self.min_weight is not None and not self.min_weight > -1:
+            raise ConfigError(
+                f"algorithm.min_weight must be > -1 (where the fixed point flips sign), got "
+                f"{self.min_weight}"
+            )
 
 
 @register_algorithm("ram")
@@ -81,9 +91,13 @@ class RAM(EndpointAlgorithm):
         self.objective = RAMLoss()
 
     def advantages(
-        self, rewards: torch.Tensor, prompts: list[str], group_ids: torch.Tensor
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        del group_ids
+        del group_ids, inputs
         return self.tracker.update(prompts, rewards)
 
     def loss(
@@ -101,8 +115,15 @@ class RAM(EndpointAlgorithm):
         if self.config.correction == "current":
             correction = velocity.detach()
         weights = self.config.reward_multiplier * mb.advantages.reshape(-1)
+        below = float((weights < -1).float().mean())
+        if self.config.min_weight is not None:
+            weights = weights.clamp(min=self.config.min_weight)
         time_weights = None
         if self.config.time_weighting == "control":
             t = mb.sigma.repeat_interleave(mb.clean.shape[1]).clamp_min(1e-3)
             time_weights = 2 * (1 - t) / t
-        return self.objective(velocity, reference, correction, target, weights, time_weights)
+        loss, metrics = self.objective(
+            velocity, reference, correction, target, weights, time_weights
+        )
+        metrics["weight_below_minus_one"] = below
+        return loss, metrics
