@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 def _is_user_error(err: Exception) -> bool:
     from genrl.allocation import DynamicSamplingError
     from genrl.checkpoint import CheckpointError
+    from genrl.fileio import DiskFullError
     from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
     from reward_models import RewardError
@@ -126,6 +127,7 @@ def _is_user_error(err: Exception) -> bool:
         | RewardError
         | NonFiniteLossError
         | DynamicSamplingError
+        | DiskFullError
         | FileNotFoundError
         | ValueError,
     )
@@ -155,10 +157,9 @@ def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
 
 
 def _run_dir_of(path: Path) -> Path:
-    from genrl.checkpoint import CheckpointError, resolve_checkpoint
+    from genrl.checkpoint import CheckpointError, run_dir_of
 
-    checkpoint = resolve_checkpoint(path)
-    run_dir = checkpoint.parent.parent
+    run_dir = run_dir_of(path)  # the files are verified once, where they are loaded
     if not (run_dir / "config.json").is_file():
         raise CheckpointError(f"{run_dir} has no config.json; name the recipe explicitly")
     return run_dir
@@ -175,16 +176,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _trainer_for(args: argparse.Namespace):
+    from genrl.checkpoint import resolve_checkpoint
     from genrl.trainer import Trainer
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     config = _load_config(args, checkpoint)
     config.logging.tensorboard = False
+    # Verified before the model loads, so that a corrupt checkpoint fails fast.
+    verified = resolve_checkpoint(checkpoint) if checkpoint is not None else None
     trainer = Trainer(config, run_dir=Path(os.devnull))
-    if checkpoint is not None:
-        from genrl.checkpoint import resolve_checkpoint
-
-        trainer.load_checkpoint(resolve_checkpoint(checkpoint))
+    if verified is not None:
+        trainer.load_checkpoint(verified, verified=True)
     return trainer
 
 

@@ -57,7 +57,8 @@ class Trainer:
         self.config = config
         self.run_dir = Path(run_dir or config.output_dir or _default_run_dir(config.recipe))
 
-        # Resolve the checkpoint first so that a bad --resume fails before any heavy work.
+        # Resolve and verify the checkpoint first so that a bad --resume fails before any heavy
+        # work (a run directory falls back to its newest intact checkpoint).
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
         p = config.policy
@@ -209,8 +210,11 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         return path
 
-    def load_checkpoint(self, path: Path) -> None:
-        data = ckpt.load_checkpoint(path)
+    def load_checkpoint(self, path: Path, verified: bool = False) -> None:
+        """Restore everything from the checkpoint directory ``path``; its files are checked
+        against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
+        just did)."""
+        data = ckpt.load_checkpoint(path, verified=verified)
         self.policy.load_trainable_state_dict(data["trainable"])
         self.optimizer.load_state_dict(data["optimizer"])
         if self.ema is not None:
@@ -239,7 +243,7 @@ class Trainer:
         cfg = self.config
         resumed = self._resume_path is not None
         if self._resume_path is not None:
-            self.load_checkpoint(self._resume_path)
+            self.load_checkpoint(self._resume_path, verified=True)
             self._resume_path = None  # a later train() call continues in memory
             if self.is_main:
                 for path in ckpt.set_aside_newer(self.run_dir, self.iteration):
