@@ -143,14 +143,11 @@ def _configure_threads() -> None:
 
 
 def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
-    import json
-
-    from genrl.config import config_from_dict
+    from genrl.config import config_from_file
     from genrl.recipes import DEFAULT_RECIPE, get_recipe
 
     if resume_dir is not None and args.recipe is None:
-        run_dir = _run_dir_of(resume_dir)
-        config = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+        config = config_from_file(_run_dir_of(resume_dir) / "config.json")
     else:
         config = get_recipe(args.recipe or DEFAULT_RECIPE)
     return config.apply_overrides(args.overrides)
@@ -166,8 +163,11 @@ def _run_dir_of(path: Path) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from genrl.fileio import check_output_directory
     from genrl.trainer import Trainer
 
+    if args.output_dir:
+        check_output_directory(args.output_dir, "--output-dir")
     resume = Path(args.resume) if args.resume else None
     config = _load_config(args, resume)
     run_dir = args.output_dir or (_run_dir_of(resume) if resume else None)
@@ -205,6 +205,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from genrl.evaluation import fixed_seed_batch, sample_ode
     from genrl.plots import save_sample_grid
 
+    if args.num_per_prompt < 1:
+        raise ValueError(f"-n/--num-per-prompt must be >= 1, got {args.num_per_prompt}")
     trainer = _trainer_for(args)
     if not hasattr(trainer.policy, "latent_shape"):
         raise ValueError(
@@ -287,19 +289,62 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         raise ValueError(f"--kwargs must be a JSON object: {err}") from None
     if not isinstance(kwargs, dict):
         raise ValueError("--kwargs must be a JSON object")
-    server = RewardServer(
-        build_reward(args.reward, **kwargs),
-        host=args.host,
-        port=args.port,
-        token=os.environ.get(args.token_env) or None,
-        max_request_bytes=int(args.max_request_mb * 2**20),
-        max_batch_size=args.max_batch_size,
-        request_timeout_s=args.timeout,
-    )
+    _check_listen(args.host, args.port)  # before the (possibly slow) reward model loads
+    reward = build_reward(args.reward, **kwargs)
+    try:
+        server = RewardServer(
+            reward,
+            host=args.host,
+            port=args.port,
+            token=os.environ.get(args.token_env) or None,
+            max_request_bytes=int(args.max_request_mb * 2**20),
+            max_batch_size=args.max_batch_size,
+            request_timeout_s=args.timeout,
+        )
+    except OSError as err:  # taken since the check
+        raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None
     token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
     print(f"serving reward {args.reward!r} at {server.address} ({token}); Ctrl-C stops", flush=True)
     server.serve_forever()
     return 0
+
+
+class ServeAddressError(ValueError):
+    """``serve-reward`` cannot listen where it was asked to (port taken, refused, invalid)."""
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Raise ``ServeAddressError`` when ``host:port`` cannot be listened on."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise ServeAddressError(f"--port must lie in [0, 65535] (0: any free port), got {port}")
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # As the server binds: reusing a port that only lingers in TIME_WAIT is fine.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as err:
+        raise ServeAddressError(_listen_problem(err, host, port)) from None
+    finally:
+        probe.close()
+
+
+def _listen_problem(err: OSError, host: str, port: int) -> str:
+    import errno
+    import socket
+
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(err, socket.gaierror):
+        return f"{where}: unknown host {host!r} ({err.strerror})"
+    reasons = {
+        errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 "
+        "for any free one",
+        errno.EACCES: "permission denied (ports below 1024 need administrator rights); pick "
+        "a --port of 1024 or more",
+        errno.EADDRNOTAVAIL: "this machine has no such address; use --host 127.0.0.1 or 0.0.0.0",
+    }
+    return f"{where}: {reasons.get(err.errno, err.strerror or str(err))}"
 
 
 def cmd_train_reward(args: argparse.Namespace) -> int:

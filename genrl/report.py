@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from genrl.evaluation import EvalResult
-from genrl.fileio import naming_full_disk
+from genrl.fileio import check_output_directory, naming_full_disk
 from genrl.metrics import read_metrics
 from genrl.plots import save_reward_curve, save_sample_grid, save_side_by_side
 
@@ -23,6 +23,7 @@ class RunReport:
         self.run_dir = run_dir
 
     def start(self, resumed: bool) -> None:
+        check_output_directory(self.run_dir, "the run directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = self.trainer.config.to_dict()
         with naming_full_disk(self.run_dir / "config.json"):

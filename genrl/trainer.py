@@ -61,6 +61,8 @@ class Trainer:
         # work (a run directory falls back to its newest intact checkpoint).
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
+        # Prompts next: a bad prompt file fails before the model loads.
+        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
         p = config.policy
         self.policy = build_policy_from(config)
         # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
@@ -71,7 +73,6 @@ class Trainer:
         self.reward = build_reward_from(config, self.accelerator.device)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
         self.algorithm.setup(self.policy)
-        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
 
         t = config.train
         self.num_global = t.prompts_per_iteration * t.group_size
