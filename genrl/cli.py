@@ -116,6 +116,7 @@ def _is_user_error(err: Exception) -> bool:
     from genrl.fileio import DiskFullError
     from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
+    from pipelines.loading import MissingExtraError, ModelNotCachedError
     from reward_models import RewardError
 
     # ValueError covers our own input checks (shapes, prompts, names); torch failures are
@@ -128,6 +129,8 @@ def _is_user_error(err: Exception) -> bool:
         | NonFiniteLossError
         | DynamicSamplingError
         | DiskFullError
+        | MissingExtraError
+        | ModelNotCachedError
         | FileNotFoundError
         | ValueError,
     )
