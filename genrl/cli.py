@@ -126,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 def _is_user_error(err: Exception) -> bool:
     from genrl.allocation import DynamicSamplingError
     from genrl.checkpoint import CheckpointError
+    from genrl.fileio import DiskFullError
     from genrl.optimization import NonFiniteLossError
     from genrl.overrides import ConfigError
+    from pipelines.loading import MissingExtraError, ModelNotCachedError
     from reward_models import RewardError
 
     # ValueError covers our own input checks (shapes, prompts, names); torch failures are
@@ -139,6 +141,9 @@ def _is_user_error(err: Exception) -> bool:
         | RewardError
         | NonFiniteLossError
         | DynamicSamplingError
+        | DiskFullError
+        | MissingExtraError
+        | ModelNotCachedError
         | FileNotFoundError
         | ValueError,
     )
@@ -154,33 +159,32 @@ def _configure_threads() -> None:
 
 
 def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
-    import json
-
-    from genrl.config import config_from_dict
+    from genrl.config import config_from_file
     from genrl.recipes import DEFAULT_RECIPE, get_recipe
 
     if resume_dir is not None and args.recipe is None:
-        run_dir = _run_dir_of(resume_dir)
-        config = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+        config = config_from_file(_run_dir_of(resume_dir) / "config.json")
     else:
         config = get_recipe(args.recipe or DEFAULT_RECIPE)
     return config.apply_overrides(args.overrides)
 
 
 def _run_dir_of(path: Path) -> Path:
-    from genrl.checkpoint import CheckpointError, resolve_checkpoint
+    from genrl.checkpoint import CheckpointError, run_dir_of
 
-    checkpoint = resolve_checkpoint(path)
-    run_dir = checkpoint.parent.parent
+    run_dir = run_dir_of(path)  # the files are verified once, where they are loaded
     if not (run_dir / "config.json").is_file():
         raise CheckpointError(f"{run_dir} has no config.json; name the recipe explicitly")
     return run_dir
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from genrl.fileio import check_output_directory
     from genrl.rundir import refuse_existing_run, resolve_run_dir
     from genrl.trainer import Trainer
 
+    if args.output_dir:
+        check_output_directory(args.output_dir, "--output-dir")
     resume = Path(args.resume) if args.resume else None
     config = _load_config(args, resume)
     run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
@@ -215,16 +219,17 @@ def _interrupted_run(run_dir: Path) -> str:
 
 
 def _trainer_for(args: argparse.Namespace):
+    from genrl.checkpoint import resolve_checkpoint
     from genrl.trainer import Trainer
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     config = _load_config(args, checkpoint)
     config.logging.tensorboard = False
+    # Verified before the model loads, so that a corrupt checkpoint fails fast.
+    verified = resolve_checkpoint(checkpoint) if checkpoint is not None else None
     trainer = Trainer(config, run_dir=Path(os.devnull))
-    if checkpoint is not None:
-        from genrl.checkpoint import resolve_checkpoint
-
-        trainer.load_checkpoint(resolve_checkpoint(checkpoint))
+    if verified is not None:
+        trainer.load_checkpoint(verified, verified=True)
     return trainer
 
 
@@ -243,6 +248,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from genrl.evaluation import fixed_seed_batch, sample_ode
     from genrl.plots import save_sample_grid
 
+    if args.num_per_prompt < 1:
+        raise ValueError(f"-n/--num-per-prompt must be >= 1, got {args.num_per_prompt}")
     trainer = _trainer_for(args)
     if not hasattr(trainer.policy, "latent_shape"):
         raise ValueError(
@@ -325,15 +332,20 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         raise ValueError(f"--kwargs must be a JSON object: {err}") from None
     if not isinstance(kwargs, dict):
         raise ValueError("--kwargs must be a JSON object")
-    server = RewardServer(
-        build_reward(args.reward, **kwargs),
-        host=args.host,
-        port=args.port,
-        token=os.environ.get(args.token_env) or None,
-        max_request_bytes=int(args.max_request_mb * 2**20),
-        max_batch_size=args.max_batch_size,
-        request_timeout_s=args.timeout,
-    )
+    _check_listen(args.host, args.port)  # before the (possibly slow) reward model loads
+    reward = build_reward(args.reward, **kwargs)
+    try:
+        server = RewardServer(
+            reward,
+            host=args.host,
+            port=args.port,
+            token=os.environ.get(args.token_env) or None,
+            max_request_bytes=int(args.max_request_mb * 2**20),
+            max_batch_size=args.max_batch_size,
+            request_timeout_s=args.timeout,
+        )
+    except OSError as err:  # taken since the check
+        raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None
     token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
     address = server.address
     print(f"serving reward {args.reward!r} at {address} ({token}); Ctrl-C stops", flush=True)
@@ -342,6 +354,44 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the way to stop it: a normal end
         print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
     return 0
+
+
+class ServeAddressError(ValueError):
+    """``serve-reward`` cannot listen where it was asked to (port taken, refused, invalid)."""
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Raise ``ServeAddressError`` when ``host:port`` cannot be listened on."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise ServeAddressError(f"--port must lie in [0, 65535] (0: any free port), got {port}")
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # As the server binds: reusing a port that only lingers in TIME_WAIT is fine.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as err:
+        raise ServeAddressError(_listen_problem(err, host, port)) from None
+    finally:
+        probe.close()
+
+
+def _listen_problem(err: OSError, host: str, port: int) -> str:
+    import errno
+    import socket
+
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(err, socket.gaierror):
+        return f"{where}: unknown host {host!r} ({err.strerror})"
+    reasons = {
+        errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 "
+        "for any free one",
+        errno.EACCES: "permission denied (ports below 1024 need administrator rights); pick "
+        "a --port of 1024 or more",
+        errno.EADDRNOTAVAIL: "this machine has no such address; use --host 127.0.0.1 or 0.0.0.0",
+    }
+    return f"{where}: {reasons.get(err.errno, err.strerror or str(err))}"
 
 
 def cmd_train_reward(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import torch
 
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
+from pipelines.loading import MissingExtraError, missing_extra
 
 
 def build_policy_from(config: TrainConfig) -> Any:
@@ -38,13 +39,23 @@ def build_reward_from(config: TrainConfig, device: torch.device) -> Any:
 
 
 def _build(factory: Any, name: str, field: str, /, **kwargs: Any) -> Any:
-    """Build a registered policy/reward; wrong keyword arguments name the config field."""
+    """Build a registered policy/reward; wrong keyword arguments name the config field, and a
+    missing optional library names the extra that installs it."""
     try:
         return factory(name, **kwargs)
     except TypeError as err:
         if "argument" not in str(err):
             raise
         raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
+    except MissingExtraError:
+        raise
+    except ImportError as err:
+        # Adapters bring transformers with diffusers; reward models with the rewards extra.
+        extra = "diffusers" if field == "policy" else "rewards"
+        missing = missing_extra(err, f"{field} {name!r}", extra)
+        if missing is None:
+            raise
+        raise missing from err
 
 
 def _reward_options(spec: Any, device: torch.device) -> dict[str, Any]:

@@ -7,12 +7,14 @@ rejects inconsistent settings with an error naming the field.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import AlgorithmConfig
+from genrl.config_io import check_finite
+from genrl.config_io import config_from_dict as config_from_dict  # re-exported (its old home)
+from genrl.config_io import config_from_file as config_from_file
 from genrl.overrides import ConfigError, apply_override, parse_assignment, to_dict, unknown_message
 
 
@@ -258,6 +260,7 @@ class TrainConfig:
 
     def validate(self, num_processes: int = 1) -> None:
         """Raise ``ConfigError`` for inconsistent settings."""
+        check_finite(self)  # first: NaN passes every range check below
         t, s, o = self.train, self.sampler, self.optim
         positive = {
             "train.iterations": t.iterations,
@@ -329,6 +332,12 @@ class TrainConfig:
             raise ConfigError(f"policy.lora_rank must be >= 0, got {self.policy.lora_rank}")
         if not self.reward:
             raise ConfigError("reward: at least one reward model is needed")
+        if all(spec.weight == 0 for spec in self.reward):
+            fields = ", ".join(f"reward.{i}.weight" for i in range(len(self.reward)))
+            raise ConfigError(
+                f"{fields}: every reward weight is 0, so the training reward is 0 for every "
+                "sample and nothing is learned; give a reward a nonzero weight"
+            )
         if self.reward_aggregation not in ("weighted_sum", "normalize_then_sum"):
             raise ConfigError(
                 "reward_aggregation must be weighted_sum or normalize_then_sum, "
@@ -370,6 +379,12 @@ class TrainConfig:
         if self.algorithm.name not in ALGORITHMS:
             raise ConfigError(
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
+            )
+        if ALGORITHMS[self.algorithm.name].needs_groups and t.group_size < 2:
+            raise ConfigError(
+                f"train.group_size must be >= 2 for {self.algorithm.name}: its advantages compare "
+                "the samples of a prompt's group, so a group of one has advantage 0 and nothing "
+                "is learned"
             )
         self.algorithm.validate(self)
         group_units = getattr(ALGORITHMS[self.algorithm.name], "group_units", False)
@@ -417,35 +432,3 @@ def algorithm_config(name: str) -> AlgorithmConfig:
     if name not in ALGORITHMS:
         raise ConfigError(unknown_message(name, list(ALGORITHMS), "algorithm.name", value=True))
     return ALGORITHMS[name].Config(name=name)
-
-
-def config_from_dict(data: dict) -> TrainConfig:
-    """Rebuild a ``TrainConfig`` from ``to_dict()`` output (e.g. a run's ``config.json``)."""
-    data = dict(data)
-    algorithm = data.pop("algorithm", None)
-    if not isinstance(algorithm, dict) or "name" not in algorithm:
-        raise ConfigError("algorithm: the config needs an algorithm section with a 'name'")
-    config = _build(TrainConfig, data, "")
-    config.algorithm = _build(type(algorithm_config(algorithm["name"])), algorithm, "algorithm")
-    return config
-
-
-def _build(cls: type, data: dict, path: str):
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        where = f"{path}.{key}" if path else key
-        if key not in names:
-            raise ConfigError(unknown_message(key, sorted(names), where))
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = _build(hint, value, where)
-        elif typing.get_origin(hint) is list and isinstance(value, list):
-            (item,) = typing.get_args(hint)
-            if dataclasses.is_dataclass(item):
-                value = [_build(item, v, f"{where}.{i}") for i, v in enumerate(value)]
-        kwargs[key] = value
-    return cls(**kwargs)

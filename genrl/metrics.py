@@ -9,6 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from genrl.fileio import naming_full_disk
+
 
 class MetricsError(ValueError):
     """``metrics.jsonl`` is corrupt: a line other than a torn last one is not JSON."""
@@ -32,7 +34,8 @@ class MetricsWriter:
         if resume_iteration is not None and self.path.exists():
             rows = read_metrics(self.path)
             kept = [row for row in rows if logged_before_checkpoint(row, resume_iteration)]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            with naming_full_disk(self.path):
+                self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -43,7 +46,7 @@ class MetricsWriter:
 
     def write(self, iteration: int, metrics: dict[str, float]) -> None:
         row = {"iteration": iteration, **{k: _finite(v) for k, v in metrics.items()}}
-        with self.path.open("a", encoding="utf-8") as f:
+        with naming_full_disk(self.path), self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         if self._tb is not None:
             for key, value in metrics.items():

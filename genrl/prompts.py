@@ -98,8 +98,24 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
 }
 
 
+class PromptFileError(ValueError):
+    """A prompt file that is not text (binary, or not UTF-8); the message names it."""
+
+
 def read_prompt_file(path: str | Path) -> list[str]:
-    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    """The prompts of a UTF-8 text file, one per line (blank lines and ``#`` comments skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PromptFileError(
+            f"prompt file {path} is not UTF-8 text (byte {err.start} cannot be decoded): "
+            "expected one prompt per line"
+        ) from None
+    if "\x00" in text:  # valid UTF-8, yet binary: NUL never occurs in a text file
+        raise PromptFileError(
+            f"prompt file {path} is binary (it holds NUL bytes): expected one prompt per line"
+        )
+    lines = [line.strip() for line in text.splitlines()]
     prompts = [line for line in lines if line and not line.startswith("#")]
     if not prompts:
         raise ValueError(f"prompt file {path} holds no prompts")
@@ -127,4 +143,4 @@ def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
     PROMPT_SETS[name] = factory
 
 
-__all__ = ["PROMPT_SETS", "PromptSource", "load_prompts", "register_prompt_set"]
+__all__ = ["PROMPT_SETS", "PromptFileError", "PromptSource", "load_prompts", "register_prompt_set"]

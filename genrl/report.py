@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from genrl.evaluation import EvalResult
+from genrl.fileio import check_output_directory, naming_full_disk
 from genrl.metrics import read_metrics
 from genrl.plots import save_reward_curve, save_sample_grid, save_side_by_side
 
@@ -22,9 +23,11 @@ class RunReport:
         self.run_dir = run_dir
 
     def start(self, resumed: bool) -> None:
+        check_output_directory(self.run_dir, "the run directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config = self.trainer.config.to_dict()
-        (self.run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        with naming_full_disk(self.run_dir / "config.json"):
+            (self.run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         verb = "resuming" if resumed else "writing"
         print(f"genrl: {verb} run {self.run_dir} (recipe {self.trainer.config.recipe})", flush=True)
 
@@ -77,7 +80,8 @@ class RunReport:
             "samples_seen": t.iteration * t.num_global,
             "wall_seconds": wall_seconds,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with naming_full_disk(self.run_dir / "summary.json"):
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
         print(
             f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "

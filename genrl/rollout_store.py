@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from genrl.fileio import fsync_directory, fsync_file
+
 INDEX = "index.jsonl"
 
 
@@ -126,10 +128,9 @@ class RolloutStore:
             })  # fmt: skip
         temporary = self.directory / (shard + ".tmp")
         save_file(tensors, str(temporary))
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
+        fsync_file(temporary)
         os.replace(temporary, self.directory / shard)
-        _fsync_directory(self.directory)  # the rename itself survives a power loss
+        fsync_directory(self.directory)  # the rename itself survives a power loss
         line = json.dumps({"shard": shard, "groups": records}, sort_keys=True)
         with open(self.directory / INDEX, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -197,16 +198,6 @@ class RolloutStore:
             )
             for group_id in order.tolist():
                 yield self.group(group_id)
-
-
-def _fsync_directory(directory: Path) -> None:
-    if os.name != "posix":  # directories cannot be opened for fsync elsewhere
-        return
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 __all__ = ["GroupRecord", "RolloutStore"]

@@ -67,9 +67,12 @@ class Trainer:
         self.overwrite = overwrite
         self._started = False  # a later train() call continues this run in memory
 
-        # Resolve the checkpoint first so that a bad --resume fails before any heavy work.
+        # Resolve and verify the checkpoint first so that a bad --resume fails before any heavy
+        # work (a run directory falls back to its newest intact checkpoint).
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
+        # Prompts next: a bad prompt file fails before the model loads.
+        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
         p = config.policy
         self.policy = build_policy_from(config)
         # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
@@ -80,7 +83,6 @@ class Trainer:
         self.reward = build_reward_from(config, self.accelerator.device)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
         self.algorithm.setup(self.policy)
-        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
 
         t = config.train
         self.num_global = t.prompts_per_iteration * t.group_size
@@ -219,8 +221,11 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         return path
 
-    def load_checkpoint(self, path: Path) -> None:
-        data = ckpt.load_checkpoint(path)
+    def load_checkpoint(self, path: Path, verified: bool = False) -> None:
+        """Restore everything from the checkpoint directory ``path``; its files are checked
+        against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
+        just did)."""
+        data = ckpt.load_checkpoint(path, verified=verified)
         self.policy.load_trainable_state_dict(data["trainable"])
         self.optimizer.load_state_dict(data["optimizer"])
         if self.ema is not None:
@@ -263,7 +268,7 @@ class Trainer:
         cfg = self.config
         resumed = self._resume_path is not None
         if self._resume_path is not None:
-            self.load_checkpoint(self._resume_path)
+            self.load_checkpoint(self._resume_path, verified=True)
             self._resume_path = None  # a later train() call continues in memory
             if self.is_main:
                 for path in ckpt.set_aside_newer(self.run_dir, self.iteration):

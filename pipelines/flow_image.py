@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from pipelines.base import Condition, FlowPolicy
+from pipelines.loading import require_local_or_reachable
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -301,9 +302,13 @@ FAMILIES: dict[str, str] = {
 
 
 def pipeline_class_name(pretrained: str) -> str:
-    """The pipeline class recorded in a checkpoint's ``model_index.json``."""
+    """The pipeline class recorded in a checkpoint's ``model_index.json`` (the first file any
+    build reads, so the offline check happens here)."""
     from diffusers import DiffusionPipeline
 
+    require_local_or_reachable(
+        pretrained, "--set policy.pretrained=DIR (a directory written by save_pretrained)"
+    )
     try:
         return str(DiffusionPipeline.load_config(pretrained)["_class_name"])
     except (OSError, ValueError, KeyError) as err:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from pipelines.base import TrainablePolicy
+from pipelines.loading import require_local_or_reachable
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -30,6 +31,9 @@ def load_model_and_tokenizer(
         raise ValueError(f"policy {kind} needs policy.pretrained: a hub id or a local directory")
     from transformers import AutoTokenizer
 
+    require_local_or_reachable(
+        pretrained, "--set policy.pretrained=DIR (a directory written by save_pretrained)"
+    )
     try:
         tokenizer = AutoTokenizer.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
         model = load_model(pretrained, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)

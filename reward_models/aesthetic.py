@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reward_models.base import RewardModel, RewardOutput
+from pipelines.loading import require_local_or_reachable
+from reward_models.base import RewardModel, RewardOutput, local_hint
 from reward_models.clip import projected_embedding
 from reward_models.vision import ImagePreprocess
 
@@ -97,6 +98,7 @@ class AestheticReward(RewardModel):
         if self._loaded is None:
             from transformers import CLIPImageProcessor, CLIPModel
 
+            require_local_or_reachable(self.model_id, local_hint("model"))
             try:
                 clip = CLIPModel.from_pretrained(self.model_id, dtype=self.dtype)
                 processor = CLIPImageProcessor.from_pretrained(self.model_id)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipelines.loading import require_local_or_reachable
 from reward_models.base import RewardModel, RewardOutput
 
 CORRUPTIONS = ("noise", "blur", "duplicate", "grid")
@@ -78,6 +79,7 @@ def _clip_features(checkpoint: str, device: torch.device) -> Callable[[torch.Ten
     from reward_models.clip import projected_embedding
     from reward_models.vision import ImagePreprocess
 
+    require_local_or_reachable(checkpoint, "--backbone clip:DIR")
     model = CLIPModel.from_pretrained(checkpoint).to(device).eval().requires_grad_(False)
     preprocess = ImagePreprocess.from_image_processor(
         CLIPImageProcessor.from_pretrained(checkpoint)

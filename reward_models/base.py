@@ -8,6 +8,7 @@ are logged. Plain Python callables with TRL's signature are accepted through ``C
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +87,12 @@ class RewardModel(abc.ABC):
         del state
 
 
-def local_or_hub_file(path: str | None, repo: str, filename: str, reward: str) -> Path:
+def local_or_hub_file(
+    path: str | None, repo: str, filename: str, reward: str, argument: str = "checkpoint"
+) -> Path:
     """``path`` when given (it must exist), else ``filename`` of the hub repository ``repo``
-    (downloaded once into the Hugging Face cache)."""
+    (downloaded once into the Hugging Face cache); ``argument`` is the reward's keyword that
+    takes the local file instead."""
     if path is not None:
         local = Path(path)
         if not local.is_file():
@@ -96,7 +100,17 @@ def local_or_hub_file(path: str | None, repo: str, filename: str, reward: str) -
         return local
     from huggingface_hub import hf_hub_download
 
+    from pipelines.loading import require_local_or_reachable
+
+    require_local_or_reachable(repo, local_hint(argument, "FILE"), filename=filename)
+
     return Path(hf_hub_download(repo, filename))
+
+
+def local_hint(argument: str, kind: str = "DIR") -> str:
+    """How to give a reward a local copy instead of a hub id, for offline-error messages."""
+    kwargs = json.dumps({argument: kind})
+    return f"the reward's {argument!r} argument, e.g. --set 'reward.0.kwargs={kwargs}'"
 
 
 def _batch_len(outputs: Any) -> int:

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from reward_models.base import RewardModel, RewardOutput
+from pipelines.loading import require_local_or_reachable
+from reward_models.base import RewardModel, RewardOutput, local_hint
 from reward_models.vision import ImagePreprocess
 
 
@@ -67,6 +68,8 @@ class CLIPSimilarityReward(RewardModel):
         if self._loaded is None:
             from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
+            require_local_or_reachable(self.model_id, local_hint("model"))
+            require_local_or_reachable(self.processor_id, local_hint("processor"))
             try:
                 model = CLIPModel.from_pretrained(self.model_id, dtype=self.dtype)
                 tokenizer = CLIPTokenizer.from_pretrained(self.processor_id)

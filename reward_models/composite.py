@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from pipelines.loading import MissingExtraError, ModelNotCachedError, missing_extra
 from reward_models.base import RewardModel, RewardOutput
 
 
@@ -46,6 +47,13 @@ class CompositeReward(RewardModel):
         for model, weight in self.rewards:
             try:
                 result = model(outputs, prompts, metadata)
+            except (MissingExtraError, ModelNotCachedError):
+                raise  # one line already, naming the model and the way out
+            except ImportError as err:  # a model that loads its library on first use
+                missing = missing_extra(err, f"reward {model.name!r}", "rewards")
+                if missing is None:
+                    raise RewardError(f"reward model {model.name!r} raised: {err!r}") from err
+                raise missing from err
             except Exception as err:  # re-raised with the reward's name for the user
                 raise RewardError(f"reward model {model.name!r} raised: {err!r}") from err
             for key, value in result.scores.items():

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reward_models.base import RewardModel, RewardOutput
+from pipelines.loading import require_local_or_reachable
+from reward_models.base import RewardModel, RewardOutput, local_hint
 from reward_models.vision import ImagePreprocess
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -50,6 +51,7 @@ class DinoBackbone:
         if self._loaded is None:
             from transformers import AutoImageProcessor, AutoModel
 
+            require_local_or_reachable(self.model_id, local_hint("model"))
             try:
                 model = AutoModel.from_pretrained(self.model_id, dtype=self.dtype)
                 processor = AutoImageProcessor.from_pretrained(self.model_id)

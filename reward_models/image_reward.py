@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
+from pipelines.loading import require_local_or_reachable
 from reward_models.aesthetic import AestheticMLP
-from reward_models.base import RewardModel, RewardOutput, local_or_hub_file
+from reward_models.base import RewardModel, RewardOutput, local_hint, local_or_hub_file
 from reward_models.vision import ImagePreprocess
 
 HUB_REPO = "THUDM/ImageReward"
@@ -170,7 +171,7 @@ class ImageReward(RewardModel):
             )
             med = json.loads(
                 local_or_hub_file(
-                    self.med_config, HUB_REPO, "med_config.json", self.name
+                    self.med_config, HUB_REPO, "med_config.json", self.name, "med_config"
                 ).read_text()
             )
             vision_state, text_state, mlp_state = split_checkpoint(state)
@@ -198,6 +199,7 @@ class ImageReward(RewardModel):
             mlp = AestheticMLP(med["hidden_size"])
             mlp.load_state_dict(mlp_state)
             model = ImageRewardModel(vision.to(self.dtype), text.to(self.dtype), mlp)
+            require_local_or_reachable(self.tokenizer_id, local_hint("tokenizer"))
             tokenizer = BertTokenizer.from_pretrained(self.tokenizer_id)
             tokenizer.add_special_tokens({"bos_token": "[DEC]"})
             tokenizer.add_special_tokens({"additional_special_tokens": ["[ENC]"]})

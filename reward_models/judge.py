@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from reward_models.base import RewardModel, RewardOutput
+from pipelines.loading import require_local_or_reachable
+from reward_models.base import RewardModel, RewardOutput, local_hint
 from reward_models.composite import RewardError
 from reward_models.remote import post_json
 from reward_models.wire import encode_outputs, quantize
@@ -91,6 +92,7 @@ class ArtifactJudgeReward(RewardModel):
             from transformers import AutoModelForImageTextToText, AutoProcessor
 
             assert self.model_id is not None
+            require_local_or_reachable(self.model_id, local_hint("model"))
             try:
                 processor = AutoProcessor.from_pretrained(
                     self.model_id, trust_remote_code=self.trust_remote_code

@@ -169,9 +169,16 @@ def test_best_worst_pruning_trains_the_extreme_paths(tmp_path: Path) -> None:
     assert first["loss/first_minibatch_ratio_deviation"] == 0.0
 
 
-def test_a_tree_without_splits_is_the_flow_grpo_rollout(tmp_path: Path) -> None:
+def test_a_tree_without_splits_is_the_flow_grpo_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Branching factor 1 everywhere (a group of one) samples exactly what Flow-GRPO samples
     with the same noise: same initial state, same step noise, same log-probs."""
+    from genrl.algorithms import ALGORITHMS
+
+    # Groups of one cannot train (zero advantages), but they sample: allow them for the rollouts.
+    for name in ("flow_grpo", "branch_grpo"):
+        monkeypatch.setattr(ALGORITHMS[name], "needs_groups", False)
     chain = (
         "train.group_size=1",
         "train.prompts_per_iteration=6",

@@ -154,6 +154,10 @@ class Algorithm(abc.ABC):
     """Hooks the trainer calls; see DESIGN.md section 2 for the phases."""
 
     Config: ClassVar[type[AlgorithmConfig]]
+    needs_groups: ClassVar[bool] = True
+    """True when advantages compare the samples of a prompt's group (every group-relative
+    method): ``TrainConfig.validate`` then rejects ``train.group_size < 2``, where each sample
+    would be its own baseline. An algorithm with a learned or running baseline sets False."""
     supports_offline: ClassVar[bool] = False
     """True when the loss needs only clean samples and rewards, so iterations may read groups
     from an offline store (``train.offline_store``); such algorithms implement
