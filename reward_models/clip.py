@@ -45,6 +45,7 @@ class CLIPSimilarityReward(RewardModel):
     """
 
     name = "clip_similarity"
+    accepts = ("images",)
     default_model = ""
     default_processor: str | None = None
 

@@ -160,6 +160,7 @@ class DinoSimilarityReward(RewardModel):
     """
 
     name = "dino_similarity"
+    accepts = ("images",)
 
     def __init__(
         self,
@@ -220,6 +221,7 @@ class DinoAdversarialReward(RewardModel):
     """
 
     name = "dino_adversarial"
+    accepts = ("images",)
 
     def __init__(
         self,
