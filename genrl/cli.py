@@ -90,6 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch-size", type=int, default=64, help="samples per reward call")
     serve.add_argument("--max-request-mb", type=float, default=64.0)
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    serve.add_argument(
+        "--max-request-mpix", type=float, default=64.0, help="decoded pixels per request (2^20)"
+    )
+    serve.add_argument(
+        "--pixel-budget-mpix",
+        type=float,
+        default=128.0,
+        help="decoded pixels held by all requests together (2^20; 12 bytes each)",
+    )
+    serve.add_argument("--max-decodes", type=int, default=4, help="requests decoding at once")
+    serve.add_argument(
+        "--max-wait", type=float, default=10.0, help="seconds to wait for the budget, then 503"
+    )
 
     learn = sub.add_parser("train-reward", help="train a reward model (artifact probe)")
     learn.add_argument("kind", choices=["artifact"], help="what to train")
@@ -341,6 +354,10 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
             port=args.port,
             token=os.environ.get(args.token_env) or None,
             max_request_bytes=int(args.max_request_mb * 2**20),
+            max_pixels=int(args.max_request_mpix * 2**20),
+            pixel_budget=int(args.pixel_budget_mpix * 2**20),
+            max_decodes=args.max_decodes,
+            max_wait_s=args.max_wait,
             max_batch_size=args.max_batch_size,
             request_timeout_s=args.timeout,
         )

@@ -82,6 +82,7 @@ class AestheticReward(RewardModel):
     """
 
     name = "aesthetic"
+    accepts = ("images",)
 
     def __init__(
         self,

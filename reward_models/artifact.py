@@ -167,6 +167,7 @@ class ArtifactProbeReward(RewardModel):
     """
 
     name = "artifact_probe"
+    accepts = ("images",)
 
     def __init__(self, path: str | None = None, device: str | torch.device = "cpu") -> None:
         self.path = Path(path) if path else embedded_probe_path()

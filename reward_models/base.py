@@ -16,6 +16,10 @@ from typing import Any
 
 import torch
 
+# What a reward can be called on, named as the wire format names them (``reward_models/wire.py``):
+# images ``[B, C, H, W]`` in ``[0, 1]`` or a list of texts.
+OUTPUT_KINDS: tuple[str, ...] = ("images", "texts")
+
 
 @dataclass
 class RewardOutput:
@@ -34,9 +38,16 @@ class RewardOutput:
 
 
 class RewardModel(abc.ABC):
-    """Base class. Subclasses set ``name`` and implement ``score``; loading is lazy (first call)."""
+    """Base class. Subclasses set ``name`` and implement ``score``; loading is lazy (first call).
+
+    ``accepts`` names the output kinds (of ``OUTPUT_KINDS``) the reward can score, so that a reward
+    server refuses a request of another kind with a 400 before the model sees it. The default,
+    every kind, suits rewards that look only at prompts or metadata; image and text rewards
+    narrow it.
+    """
 
     name: str = "reward"
+    accepts: tuple[str, ...] = OUTPUT_KINDS
 
     def __call__(
         self,

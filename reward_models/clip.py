@@ -46,6 +46,7 @@ class CLIPSimilarityReward(RewardModel):
     """
 
     name = "clip_similarity"
+    accepts = ("images",)
     default_model = ""
     default_processor: str | None = None
 

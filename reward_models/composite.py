@@ -37,6 +37,10 @@ class CompositeReward(RewardModel):
         if len(set(names)) != len(names):
             raise ValueError(f"reward names must be unique, got {names}")
         self.rewards = list(rewards)
+        # Every member scores the same outputs: the composite takes what all of them take.
+        self.accepts = tuple(
+            kind for kind in rewards[0][0].accepts if all(kind in r.accepts for r, _ in rewards)
+        )
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None

@@ -48,6 +48,8 @@ class CorrectedScore(RewardModel):
         self.quality = _build(quality, device)
         self.quality_scores = quality_scores or [self.quality.name]
         self.pivot, self.offset = pivot, offset
+        # Both inner rewards score the same outputs.
+        self.accepts = tuple(k for k in self.reward.accepts if k in self.quality.accepts)
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None

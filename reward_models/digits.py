@@ -19,6 +19,7 @@ class DigitClassifierReward(RewardModel):
     """
 
     name = "digit_classifier"
+    accepts = ("images",)
 
     def __init__(self, path: str | None = None, device: str | torch.device = "cpu") -> None:
         self.path = path

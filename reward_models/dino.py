@@ -162,6 +162,7 @@ class DinoSimilarityReward(RewardModel):
     """
 
     name = "dino_similarity"
+    accepts = ("images",)
 
     def __init__(
         self,
@@ -222,6 +223,7 @@ class DinoAdversarialReward(RewardModel):
     """
 
     name = "dino_adversarial"
+    accepts = ("images",)
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ class HPSReward(RewardModel):
     """
 
     name = "hps"
+    accepts = ("images",)
 
     def __init__(
         self,

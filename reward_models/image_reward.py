@@ -145,6 +145,7 @@ class ImageReward(RewardModel):
     """
 
     name = "image_reward"
+    accepts = ("images",)
 
     def __init__(
         self,

@@ -54,6 +54,7 @@ class ArtifactJudgeReward(RewardModel):
     """
 
     name = "artifact_judge"
+    accepts = ("images",)
 
     def __init__(
         self,

@@ -125,16 +125,17 @@ def post_json(
     token_hint: str = "set it with the reward's token or token_env",
 ) -> dict[str, Any]:
     """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts and 502-504
-    are retried with exponential back-off; 401 and other refusals raise a ``RewardError`` at
-    once, as does a server that fails ``retries + 1`` times."""
+    are retried with exponential back-off (waiting at least a 503's Retry-After, up to
+    ``timeout_s``); 401 and other refusals raise a ``RewardError`` at once, as does a server
+    that fails ``retries + 1`` times."""
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    wait, last_error = backoff_s, ""
+    wait, retry_after, last_error = backoff_s, 0.0, ""
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(wait)
+            time.sleep(max(wait, retry_after))
             wait *= 2
         request = urllib.request.Request(url, data, headers, method="POST")
         try:
@@ -153,9 +154,18 @@ def post_json(
             if err.code not in RETRIED_STATUS:
                 raise RewardError(f"{url} refused the request ({err.code}): {message}") from None
             last_error = f"HTTP {err.code}: {message}"
+            retry_after = min(_seconds(err.headers.get("Retry-After")), timeout_s)
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-            last_error = repr(getattr(err, "reason", err))
+            last_error, retry_after = repr(getattr(err, "reason", err)), 0.0
     raise RewardError(f"{url} failed {retries + 1} times (last: {last_error}); {hint}".rstrip("; "))
+
+
+def _seconds(retry_after: str | None) -> float:
+    """A Retry-After in seconds (the HTTP-date form, which our server never sends, counts 0)."""
+    try:
+        return max(0.0, float(retry_after or 0))
+    except ValueError:
+        return 0.0
 
 
 def _error_message(err: urllib.error.HTTPError) -> str:

@@ -14,6 +14,7 @@ class CountdownReward(RewardModel):
     well-formed wrong one, 0 otherwise (``genrl.tasks.countdown``); also logs ``accuracy``."""
 
     name = "countdown"
+    accepts = ("texts",)
 
     def __init__(self, answer_tags: bool = False) -> None:
         """Args: answer_tags: read the equation from the last ``<answer>...</answer>`` (chat
@@ -81,6 +82,7 @@ class SudokuReward(RewardModel):
     """
 
     name = "sudoku"
+    accepts = ("texts",)
 
     def __init__(self, solved_bonus: float = 0.0) -> None:
         self.solved_bonus = solved_bonus

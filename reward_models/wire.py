@@ -3,7 +3,9 @@
 JSON only: no pickle, so a server never executes what a client sends. Images travel as
 base64-encoded 8-bit PNGs (lossless for 8-bit data; a float image in ``[0, 1]`` is rounded to
 the nearest of 256 levels, at most 0.002 away), texts as strings. NaN scores ("not
-applicable") travel as ``null``.
+applicable") travel as ``null``. PNG is the one image encoding: other bytes (JPEG, GIF, ...,
+16-bit PNG) are refused as ``UnsupportedFormat`` from their signature, and only PIL's PNG
+plugin reads what a client sends.
 
 Request (``POST /score``)::
 
@@ -11,7 +13,8 @@ Request (``POST /score``)::
      "metadata": [object] | null}
 
 Response: ``{"version": 1, "reward": NAME, "scores": {name: [float | null]},
-"applicable": {name: [bool]}}``; errors: ``{"error": message}`` with a 4xx/5xx status.
+"applicable": {name: [bool]}}``; errors: ``{"error": message, "request_id": id}`` with a 4xx/5xx
+status (docs/rewards.md lists them).
 """
 
 from __future__ import annotations
@@ -23,11 +26,32 @@ from typing import Any
 
 import torch
 
+from reward_models.base import OUTPUT_KINDS
+
 VERSION = 1
+KINDS = OUTPUT_KINDS  # the keys of "outputs", one per kind of reward input
+IMAGE_FORMATS = ("PNG",)  # PIL format names of the image encodings the wire carries
+ACCEPTED_IMAGES = "base64-encoded 8-bit PNG images (grayscale or RGB; palette or alpha: to RGB)"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Signatures of encodings a client may send by mistake, to name them in the refusal.
+_OTHER_MAGIC = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF8", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"RIFF", "RIFF file (WebP?)"),
+)
+# PNG modes PIL opens for 8-bit (or fewer bits) data; 16-bit PNGs open as "I;16" or "I".
+_EIGHT_BIT_MODES = frozenset({"1", "L", "LA", "P", "PA", "RGB", "RGBA"})
 
 
 class WireError(ValueError):
     """A request or response that does not follow the wire format."""
+
+
+class UnsupportedFormat(WireError):
+    """An output in an encoding the wire format does not carry (a server answers 415)."""
 
 
 def encode_outputs(outputs: Any) -> dict[str, list[str]]:
@@ -41,25 +65,76 @@ def encode_outputs(outputs: Any) -> dict[str, list[str]]:
     raise WireError(f"outputs must be an image tensor or a list of strings, got {type(outputs)}")
 
 
+def output_kind(payload: Any) -> str:
+    """``"images"`` or ``"texts"``: the one key of a request's ``outputs`` object."""
+    if not isinstance(payload, dict) or len(payload) != 1 or next(iter(payload)) not in KINDS:
+        raise WireError('"outputs" must be {"images": [...]} or {"texts": [...]}')
+    return next(iter(payload))
+
+
+def decode_texts(payload: Any) -> list[str]:
+    texts = payload.get("texts") if isinstance(payload, dict) else None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise WireError('"texts" must be a list of strings')
+    return texts
+
+
+def open_images(payload: Any, max_pixels: int) -> list[Any]:
+    """The PIL images of an ``{"images": [...]}`` payload, opened from their headers only: the
+    format (PNG, 8 bits) and sizes are checked and the pixels counted before anything is
+    decoded, since a small PNG can decode to a huge image. More than ``max_pixels`` pixels
+    together is refused."""
+    images = payload.get("images") if isinstance(payload, dict) else None
+    if not isinstance(images, list) or not images:
+        raise WireError('"images" must be a non-empty list of base64 PNG strings')
+    pictures, left = [], max_pixels
+    for index, item in enumerate(images):
+        picture = _open_png(item, index)
+        width, height = picture.size
+        left -= width * height
+        if left < 0:
+            raise WireError(f"image {index} ({width}x{height}) exceeds the request's pixel limit")
+        pictures.append(picture)
+    shapes = {(_channels(p), p.size[1], p.size[0]) for p in pictures}
+    if len(shapes) > 1:
+        raise WireError(f"images of one request must share a size, got {sorted(shapes)}")
+    return pictures
+
+
+def image_pixels(pictures: list[Any]) -> int:
+    return sum(p.size[0] * p.size[1] for p in pictures)
+
+
+def decode_images(pictures: list[Any]) -> torch.Tensor:
+    """Decode ``open_images``' result to float32 ``[B, C, H, W]`` in ``[0, 1]``, each image
+    written straight into the output (no per-image float copies to stack) and closed at once."""
+    import numpy as np
+
+    width, height = pictures[0].size
+    out = torch.empty(len(pictures), _channels(pictures[0]), height, width)
+    for index, picture in enumerate(pictures):
+        try:
+            picture.load()
+        except Exception as err:  # truncated or corrupt data
+            raise WireError(f"image {index} is not a valid PNG: {err}") from err
+        rgb = picture if picture.mode in ("L", "RGB") else picture.convert("RGB")
+        array = np.asarray(rgb, dtype=np.uint8)  # read-only view of PIL's bytes
+        target = out[index].numpy()
+        np.copyto(
+            target[0] if array.ndim == 2 else target,
+            array if array.ndim == 2 else array.transpose(2, 0, 1),
+        )
+        picture.close()
+        del rgb, array
+    return out.div_(255)
+
+
 def decode_outputs(payload: Any, max_pixels: int = 64 * 1024 * 1024) -> torch.Tensor | list[str]:
     """Inverse of ``encode_outputs``: float32 images in ``[0, 1]`` or texts. Images holding more
     than ``max_pixels`` pixels together are refused from their headers, before decoding."""
-    if not isinstance(payload, dict) or len(payload) != 1:
-        raise WireError('"outputs" must be {"images": [...]} or {"texts": [...]}')
-    if "texts" in payload:
-        texts = payload["texts"]
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise WireError('"texts" must be a list of strings')
-        return texts
-    images = payload.get("images")
-    if not isinstance(images, list) or not images:
-        raise WireError('"images" must be a non-empty list of base64 PNG strings')
-    budget = [max_pixels]
-    tensors = [_unpng(item, i, budget) for i, item in enumerate(images)]
-    shapes = {tuple(t.shape) for t in tensors}
-    if len(shapes) > 1:
-        raise WireError(f"images of one request must share a size, got {sorted(shapes)}")
-    return torch.stack(tensors)
+    if output_kind(payload) == "texts":
+        return decode_texts(payload)
+    return decode_images(open_images(payload, max_pixels))
 
 
 def quantize(images: torch.Tensor) -> torch.Tensor:
@@ -97,37 +172,53 @@ def _png(image: torch.Tensor) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _unpng(item: Any, index: int, budget: list[int]) -> torch.Tensor:
-    import numpy as np
+def _open_png(item: Any, index: int) -> Any:
     from PIL import Image
 
     if not isinstance(item, str):
         raise WireError(f"image {index} is not a base64 string")
     try:
-        picture = Image.open(io.BytesIO(base64.b64decode(item, validate=True)))
-    except Exception as err:  # binascii.Error, PIL.UnidentifiedImageError
+        data = base64.b64decode(item, validate=True)
+    except ValueError as err:  # binascii.Error
         raise WireError(f"image {index} is not a base64-encoded PNG: {err}") from err
-    width, height = picture.size  # from the header: nothing is decoded yet
-    budget[0] -= width * height
-    if budget[0] < 0:
-        raise WireError(f"image {index} ({width}x{height}) exceeds the request's pixel limit")
-    try:
-        picture.load()
-    except Exception as err:  # truncated or corrupt data
+    if not data.startswith(PNG_MAGIC):
+        found = next((name for magic, name in _OTHER_MAGIC if data.startswith(magic)), None)
+        what = f"a {found}" if found else "not a PNG (no PNG signature)"
+        raise UnsupportedFormat(
+            f"image {index} is {what}; the wire format carries {ACCEPTED_IMAGES} only"
+        )
+    try:  # only PIL's PNG plugin may read it: no other decoder sees client bytes
+        picture = Image.open(io.BytesIO(data), formats=list(IMAGE_FORMATS))
+    except Exception as err:  # PIL.UnidentifiedImageError, corrupt header chunks
         raise WireError(f"image {index} is not a valid PNG: {err}") from err
-    if picture.mode not in ("L", "RGB"):
-        picture = picture.convert("RGB")
-    array = np.asarray(picture, dtype=np.uint8)
-    tensor = torch.from_numpy(array.copy()).float() / 255
-    return tensor[None] if tensor.ndim == 2 else tensor.permute(2, 0, 1)
+    if picture.mode not in _EIGHT_BIT_MODES:
+        raise UnsupportedFormat(
+            f"image {index} is a PNG of mode {picture.mode!r}; the wire format carries "
+            f"{ACCEPTED_IMAGES} only"
+        )
+    return picture
+
+
+def _channels(picture: Any) -> int:
+    """Channels once decoded: grayscale stays one, every other mode becomes RGB."""
+    return 1 if picture.mode == "L" else 3
 
 
 __all__ = [
+    "ACCEPTED_IMAGES",
+    "IMAGE_FORMATS",
+    "KINDS",
     "VERSION",
+    "UnsupportedFormat",
     "WireError",
+    "decode_images",
     "decode_outputs",
     "decode_scores",
+    "decode_texts",
     "encode_outputs",
     "encode_scores",
+    "image_pixels",
+    "open_images",
+    "output_kind",
     "quantize",
 ]

@@ -239,6 +239,7 @@ def test_cli_serves_a_registered_reward(tmp_path: Path) -> None:
         str(port),
     ]
     command += ["--kwargs", '{"target": [0, 1, 0]}']
+    command += ["--max-request-mpix", "0.5", "--pixel-budget-mpix", "1", "--max-decodes", "2"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -252,6 +253,10 @@ def test_cli_serves_a_registered_reward(tmp_path: Path) -> None:
                 time.sleep(0.2)
         assert scores is not None, process.stdout.read().decode() if process.stdout else ""
         assert scores.tolist() == [pytest.approx(1 - 1 / 3)]  # black vs green: distance 1
+        health = urllib.request.Request(url + "/health", headers={"Authorization": "Bearer abc"})
+        with urllib.request.urlopen(health, timeout=10) as reply:
+            limits = json.loads(reply.read())["limits"]
+        assert limits["max_pixels"] == 2**19 and limits["pixel_budget"] == 2**20
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -49,24 +49,3 @@ def tiny_config(directory: Path, *overrides: str, recipe: str = "digits_flow_grp
     config = get_recipe(recipe)
     config.apply_overrides([*tiny_overrides(directory), *overrides])
     return config
-
-
-def tiny_overrides(directory: Path) -> list[str]:
-    """The ``key=value`` settings of ``tiny_config`` (for ``--set`` on the command line)."""
-    flow, clf = tiny_models(directory)
-    return [
-        f"policy.pretrained={flow}",
-        f'reward.0.kwargs={{"path": "{clf}"}}',
-        "train.iterations=2",
-        "train.prompts_per_iteration=4",
-        "train.group_size=4",
-        "train.minibatch_size=24",
-        "sampler.num_steps=4",
-        "eval.samples_per_prompt=2",
-        "eval.num_steps=4",
-        "logging.tensorboard=false",
-        "logging.progress_bar=false",
-        "logging.log_every=1000",
-        # A visible step size so that "parameters changed" is unambiguous.
-        "optim.lr=1e-2",
-    ]

@@ -1,0 +1,267 @@
+"""Requests of the reward server (``server.py``): parsing, and the server-wide decoding limits.
+
+A ``POST /score`` is parsed in two steps so that nothing large is decoded before it is admitted.
+``parse_score_request`` checks the JSON, the output kind against what the reward ``accepts``, and
+opens the images from their headers only (encoding, sizes, the per-request pixel limit). Then
+``DecodeLimits.decode`` takes the request's pixels from the server's ``PixelBudget`` and one of
+its decode slots, waiting at most ``max_wait_s`` for both, before the pixels are decoded. The
+pixels stay taken until the request is scored (its float copy lives until then), and the scoring
+thread takes the copy of a merge of requests from the budget too, so the decoded images held by
+the server never exceed the budget, however many requests arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import torch
+
+from reward_models.wire import (
+    VERSION,
+    UnsupportedFormat,
+    WireError,
+    decode_images,
+    decode_texts,
+    image_pixels,
+    open_images,
+    output_kind,
+)
+
+
+class RequestError(Exception):
+    """A refused request: its HTTP status, the message for the client, extra headers."""
+
+    def __init__(
+        self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass
+class ScoreRequest:
+    """A parsed ``POST /score``; images are opened (headers read) but not decoded yet."""
+
+    prompts: list[str]
+    metadata: list[dict[str, Any]] | None
+    kind: str
+    texts: list[str] = field(default_factory=list)
+    pictures: list[Any] = field(default_factory=list)
+
+    @property
+    def pixels(self) -> int:
+        return image_pixels(self.pictures)
+
+
+def parse_score_request(
+    body: bytes, reward: str, accepts: Sequence[str], max_pixels: int
+) -> ScoreRequest:
+    """Check a request body against the wire format and what ``reward`` accepts.
+
+    Raises ``RequestError``: 400 for a malformed request or a kind the reward does not take,
+    415 for images in an encoding the wire format does not carry.
+    """
+    try:
+        return _parse(body, reward, accepts, max_pixels)
+    except UnsupportedFormat as err:
+        raise RequestError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, str(err)) from None
+    except WireError as err:
+        raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
+
+
+def _parse(body: bytes, reward: str, accepts: Sequence[str], max_pixels: int) -> ScoreRequest:
+    try:
+        request = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise WireError(f"body is not JSON: {err}") from err
+    if not isinstance(request, dict):
+        raise WireError("body must be a JSON object")
+    if request.get("version") != VERSION:
+        raise WireError(f"wire version must be {VERSION}, got {request.get('version')!r}")
+    prompts = request.get("prompts")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise WireError('"prompts" must be a list of strings')
+    metadata = request.get("metadata")
+    if metadata is not None and (
+        not isinstance(metadata, list)
+        or len(metadata) != len(prompts)
+        or not all(isinstance(m, dict) for m in metadata)
+    ):
+        raise WireError('"metadata" must be null or one object per prompt')
+    payload = request.get("outputs")
+    kind = output_kind(payload)
+    # Before anything is decoded: a reward given the wrong kind would fail inside the model.
+    if kind not in accepts:
+        raise WireError(f"reward {reward!r} accepts {' or '.join(accepts)}, not {kind}")
+    parsed = ScoreRequest(prompts, metadata, kind)
+    if kind == "texts":
+        parsed.texts = decode_texts(payload)
+    else:
+        parsed.pictures = open_images(payload, max_pixels)
+    count = len(parsed.texts) + len(parsed.pictures)
+    if count != len(prompts):
+        raise WireError(f"{count} outputs but {len(prompts)} prompts")
+    return parsed
+
+
+@dataclass
+class Job:
+    """A request on its way to the scoring thread, and its outcome."""
+
+    request_id: str
+    prompts: list[str]
+    outputs: Any
+    metadata: list[dict[str, Any]] | None
+    pixels: int = 0  # taken from the server's pixel budget until the job is finished
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | None = None
+    failed: bool = False  # the reward raised (logged under the request id)
+    abandoned: bool = False  # its client got a 504: not worth scoring any more
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def key(self) -> tuple:
+        """Jobs with equal keys can share a batch (same kind, same image size)."""
+        if isinstance(self.outputs, torch.Tensor):
+            return ("images", *self.outputs.shape[1:])
+        return ("texts",)
+
+
+class PixelBudget:
+    """Decoded pixels in flight, server-wide: ``acquire`` takes some (waiting, first come first
+    served, at most ``timeout`` seconds), ``release`` gives them back.
+
+    First come first served, so that a large request is not starved by a stream of small ones
+    that would each fit in what is left.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("a pixel budget must be >= 1 pixel")
+        self.capacity = capacity
+        self.in_use = 0
+        self.waited = 0  # acquisitions that had to queue (tests, logs)
+        self._changed = threading.Condition()
+        self._queue: deque[object] = deque()
+
+    @property
+    def waiting(self) -> int:
+        with self._changed:
+            return len(self._queue)
+
+    def acquire(self, pixels: int, timeout: float) -> bool:
+        """Take ``pixels``; False if they were not free within ``timeout`` seconds."""
+        if pixels > self.capacity:
+            raise ValueError(f"{pixels} pixels can never fit a budget of {self.capacity}")
+        with self._changed:
+            if not self._queue and self.in_use + pixels <= self.capacity:
+                self.in_use += pixels
+                return True
+            ticket = object()
+            self._queue.append(ticket)
+            self.waited += 1
+            deadline = time.monotonic() + timeout
+            try:
+                while self._queue[0] is not ticket or self.in_use + pixels > self.capacity:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._changed.wait(left)
+                self.in_use += pixels
+                return True
+            finally:
+                self._queue.remove(ticket)
+                self._changed.notify_all()  # the next in line may fit now
+
+    def try_acquire(self, pixels: int) -> bool:
+        """Take ``pixels`` if they are free now, without waiting (nor queueing)."""
+        with self._changed:
+            if self.in_use + pixels > self.capacity:
+                return False
+            self.in_use += pixels
+            return True
+
+    def release(self, pixels: int) -> None:
+        with self._changed:
+            self.in_use -= pixels
+            self._changed.notify_all()
+
+
+class DecodeLimits:
+    """The server-wide limits on decoding images.
+
+    Args:
+        pixel_budget: the most decoded pixels held at once, from decoding until scored (about 12
+            bytes each as float32 RGB).
+        max_decodes: images decoded at once; each decode also holds PIL's and numpy's uint8
+            copies for a moment.
+        max_wait_s: how long a request may wait for both before a 503.
+        retry_after_s: the Retry-After sent with that 503.
+    """
+
+    def __init__(
+        self, pixel_budget: int, max_decodes: int, max_wait_s: float, retry_after_s: float = 1.0
+    ) -> None:
+        if max_decodes < 1 or max_wait_s < 0:
+            raise ValueError("max_decodes must be >= 1 and max_wait_s >= 0")
+        self.pixels = PixelBudget(pixel_budget)
+        self.max_decodes = max_decodes
+        self.max_wait_s = max_wait_s
+        self.retry_after = str(max(1, math.ceil(retry_after_s)))  # whole seconds (RFC 9110)
+        self._slots = threading.BoundedSemaphore(max_decodes)
+
+    def decode(self, request: ScoreRequest) -> torch.Tensor:
+        """The request's images as a float tensor. Its pixels stay taken: the caller gives
+        them back with ``release`` once the tensor is dropped. Raises ``RequestError`` (503 with
+        Retry-After when the server is full, 400 for corrupt image data)."""
+        pixels = request.pixels
+        deadline = time.monotonic() + self.max_wait_s
+        if not self.pixels.acquire(pixels, self.max_wait_s):
+            raise self._busy(
+                f"{pixels} decoded pixels do not fit the server's budget ({self.pixels.in_use} "
+                f"of {self.pixels.capacity} in flight)"
+            )
+        try:
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise self._busy(f"all {self.max_decodes} decode slots are in use")
+            try:
+                return decode_images(request.pictures)
+            finally:
+                self._slots.release()
+        except WireError as err:
+            self.release(pixels)
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
+        except BaseException:
+            self.release(pixels)
+            raise
+
+    def release(self, pixels: int) -> None:
+        self.pixels.release(pixels)
+
+    def _busy(self, why: str) -> RequestError:
+        return RequestError(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"server busy: {why} after waiting {self.max_wait_s:g} s; retry later",
+            {"Retry-After": self.retry_after},
+        )
+
+
+__all__ = [
+    "DecodeLimits",
+    "Job",
+    "PixelBudget",
+    "RequestError",
+    "ScoreRequest",
+    "parse_score_request",
+]
