@@ -140,11 +140,20 @@ def flux_dev_hps_branch() -> TrainConfig:
     """BranchGRPO on FLUX.1-dev + HPSv2.1, the reference's FLUX script
     (``scripts/finetune/finetune_flux_branchgrpo_8gpus.sh`` of github.com/Fredreic1849/BranchGRPO):
     720 px, 20 DanceGRPO SDE steps at eta 0.3 with shift 3, no CFG (guidance embedding 3.5),
-    splits at steps 0, 3, 6, 9 into 2 (16 leaves = the group), split noise 4x (eta 1.2 here),
-    mean fusion, training the first 60% of steps (``timestep_fraction 0.6``), clip 1e-3,
-    advantage clip 5, lr 1e-5, weight decay 1e-4, grad-norm 1, 12 accumulation steps, 300
-    iterations, all weights trained (the reference runs 8 GPUs with FSDP: launch with an
-    ``accelerate`` FSDP config, or set ``policy.lora_rank`` for a single GPU). Not run here.
+    splits at steps 0, 3, 6, 9 into 2 (16 leaves = the group), split noise scale 4 (the drift
+    stays at eta 0.3, children scored under the base density), mean fusion, every edge trained
+    (the script passes ``--timestep_fraction 0.6`` but ``train_branchgrpo_flux.py`` parses it and
+    never reads it; its depth pruning is empty and width pruning off), clip 1e-3, advantage clip
+    5, lr 1e-5, weight decay 1e-4, grad-norm 1, one transition per backward with 12 accumulated
+    per optimizer step, 16 prompts (2 per GPU on 8 GPUs), 300 iterations, all weights trained (the
+    reference runs 8 GPUs with FSDP: launch with an ``accelerate`` FSDP config, or set
+    ``policy.lora_rank`` for a single GPU).
+
+    Remaining differences: the reference scales each transition's loss by ``1 / (12 x
+    transitions per tree)`` (no effect on Adam's step direction); its ``--init_same_noise``
+    starts every tree of a GPU's batch from one noise (here each tree has its own); it shuffles
+    transitions with Python's ``random`` and evaluates one node per forward (here all nodes of
+    a step at once, ``max_batch`` 16). Not run here (no GPU).
     """
     from genrl.algorithms.branch_grpo import BranchGRPOConfig
 
@@ -159,8 +168,7 @@ def flux_dev_hps_branch() -> TrainConfig:
     config.algorithm = BranchGRPOConfig(
         split_steps=[0, 3, 6, 9],
         branching=[2, 2, 2, 2],
-        split_noise_level=1.2,
-        train_steps=list(range(12)),
+        split_noise_scale=4.0,
         clip_range=1e-3,
         advantage_clip=5.0,
         kl_beta=0.0,
@@ -171,7 +179,7 @@ def flux_dev_hps_branch() -> TrainConfig:
         iterations=300,
         prompts_per_iteration=16,
         group_size=16,
-        minibatch_size=2,
+        minibatch_size=1,
         gradient_accumulation_steps=12,
         rollout_batch_size=16,
         mixed_precision="bf16",
@@ -185,10 +193,10 @@ def sd35m_pickscore_branch() -> TrainConfig:
     this keeps ``sd35m_pickscore``'s model, sampler (10 SDE steps at noise 0.7, CFG 4.5 in
     rollouts and training), clip range, LoRA and learning rate, and grows each prompt's 24
     leaves (Flow-GRPO's group) as a tree splitting at steps 0, 3 and 6 into 2, 3 and 4. Split
-    noise is 1.0 (the reference uses 4x its eta of 0.3; Flow-GRPO's SDE at 0.7 is already
-    noisier, and its step mean degrades past about 1), sibling-top width pruning keeps half
-    of each sibling group, and depth pruning trains steps 0-6 (the reference trains the first
-    60%). No KL, as in the reference. Not run here (no GPU)."""
+    noise is scaled 1.4x with the drift kept (the reference's split semantics; it scales its
+    eta-0.3 noise 4x, but Flow-GRPO's SDE at 0.7 is already noisier), every edge is trained,
+    and sibling-top width pruning keeps half of each sibling group (a genrl mode, for cost). No
+    KL, as in the reference. Not run here (no GPU)."""
     from genrl.algorithms.branch_grpo import BranchGRPOConfig
 
     config = sd35m_pickscore()
@@ -196,8 +204,7 @@ def sd35m_pickscore_branch() -> TrainConfig:
     config.algorithm = BranchGRPOConfig(
         split_steps=[0, 3, 6],
         branching=[2, 3, 4],
-        split_noise_level=1.0,
-        train_steps=list(range(7)),
+        split_noise_scale=1.4,
         width_pruning="sibling_top",
         width_keep=0.5,
         clip_range=1e-4,
@@ -205,8 +212,8 @@ def sd35m_pickscore_branch() -> TrainConfig:
         kl_beta=0.0,
         max_batch=48,
     )
-    # 48 trees x 33 trained edges / 8 processes / 9 per minibatch / 2 optimizer steps.
-    config.train.gradient_accumulation_steps = 11
+    # 48 trees x 105 trained edges / 8 processes / 9 per minibatch / 2 optimizer steps.
+    config.train.gradient_accumulation_steps = 35
     return config
 
 
