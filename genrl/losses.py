@@ -387,13 +387,17 @@ def token_policy_loss(
     """The token objective of the GRPO family: the clipped surrogate plus ``kl_beta`` times the
     per-token KL to the reference, both reduced by ``surrogate.aggregation``.
 
-    Shapes: ``log_probs``, ``old_log_probs``, ``mask`` ``[B, T]``; ``ref_log_probs`` ``[B, T]``
-    (ignored when ``kl_beta`` is 0); ``advantages`` ``[B]`` or ``[B, T]``.
+    Shapes: ``log_probs``, ``mask`` ``[B, T]``; ``old_log_probs`` ``[B, T]``, or ``[B, 0]``
+    when the update is exactly on-policy (then the detached ``log_probs`` stand in for them);
+    ``ref_log_probs`` ``[B, T]`` (ignored when ``kl_beta`` is 0); ``advantages`` ``[B]`` or
+    ``[B, T]``.
 
     Metrics: the surrogate's, ``policy_loss``, and with a KL term ``kl_loss`` (the reduced term
     ``kl_beta`` multiplies) and ``kl`` (the mean per-token k3 over the counted tokens, what TRL
     logs as ``kl``); ``extra`` values are added as floats.
     """
+    if old_log_probs.shape[-1] == 0:
+        old_log_probs = log_probs.detach()
     loss, metrics = surrogate(log_probs, old_log_probs, advantages, mask, tokens_per_minibatch)
     metrics["policy_loss"] = float(loss.detach())
     if kl_beta > 0:

@@ -245,7 +245,8 @@ class TokenRollout(Batch):
         completion_mask: ``[N, T]`` bool, the completion tokens that are trained (up to and
             including the end token; truncated by stop strings).
         old_log_probs: ``[N, T]`` float32 log-probs of the completion tokens under the policy
-            that sampled them, recomputed by a full forward (0 outside the mask).
+            that sampled them, recomputed by a full forward (0 outside the mask); ``[N, 0]``
+            when the iteration is one optimizer step (training's forward is on-policy).
         ref_log_probs: ``[N, T]`` under the reference policy, or ``[N, 0]`` when no KL is used.
         finished: ``[N]`` bool, the completion ended with an end token (not cut at the limit).
         advantages: ``[N]`` float32, filled after rewards.
@@ -283,13 +284,14 @@ class TokenRollout(Batch):
         for b in batches:
             before, after = prompt - b.completion_start, length - b.completion_mask.shape[1]
             has_ref = b.ref_log_probs.shape[1] > 0
+            has_old = b.old_log_probs.shape[1] > 0
             aligned.append(
                 dataclasses.replace(
                     b,
                     input_ids=_pad_columns(b.input_ids, 1, before, after),
                     attention_mask=_pad_columns(b.attention_mask, 1, before, after),
                     completion_mask=_pad_columns(b.completion_mask, 1, 0, after),
-                    old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after),
+                    old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after if has_old else 0),
                     ref_log_probs=_pad_columns(b.ref_log_probs, 1, 0, after if has_ref else 0),
                 )
             )
@@ -305,7 +307,8 @@ class MaskedUnits(Batch):
         attention_mask: ``[U, P + L]``.
         targets: ``[U, L]`` the sampled completion tokens being scored.
         counted: ``[U, L]`` bool, the positions that enter the loss.
-        old_log_probs: ``[U, L]`` under the sampling policy on the same view.
+        old_log_probs: ``[U, L]`` under the sampling policy on the same view, or ``[U, 0]`` when
+            the iteration is one optimizer step (training's forward is on-policy).
         ref_log_probs: ``[U, L]`` under the reference, or ``[U, 0]`` without KL.
         advantages: ``[U]``.
     """
@@ -330,7 +333,8 @@ class MaskedRollout(Batch):
         attention_mask: ``[N, P + L]``.
         targets: ``[N, L]`` sampled completion ids.
         counted: ``[N, V, L]`` bool.
-        old_log_probs, ref_log_probs: ``[N, V, L]`` (``[N, V, 0]`` without KL).
+        old_log_probs, ref_log_probs: ``[N, V, L]`` (``[N, V, 0]`` when not recorded: old
+            log-probs on a one-step iteration, reference log-probs without KL).
         advantages: ``[N]``.
     """
 

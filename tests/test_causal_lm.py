@@ -247,3 +247,51 @@ def test_dapo_token_mean_spans_the_accumulation_window(
             norms[aggregation, size] = trainer.train_iteration()["grad_norm"]
     assert norms["token_mean", 4] == pytest.approx(norms["token_mean", 8], rel=1e-4)
     assert norms["bnpo", 4] != pytest.approx(norms["bnpo", 8], rel=1e-3)
+
+
+def test_one_step_iterations_skip_the_old_log_prob_forward(
+    tmp_path: Path, lm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one pass and every minibatch in one optimizer step the loss sees the parameters that
+    sampled, so the old log-probs are training's own, detached (TRL skips them likewise): one
+    scoring forward fewer per rollout, and the same update as with the recorded ones."""
+    import genrl.algorithms.grpo as grpo_module
+    from genrl import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    results = {}
+    for skip in (True, False):
+        config = lm_config(tmp_path, lm_dir)
+        config.train.minibatch_size, config.train.gradient_accumulation_steps = 4, 2  # 8 samples
+        config.output_dir = str(tmp_path / f"skip-{skip}")
+        monkeypatch.setattr(grpo_module, "updates_once", lambda *_, s=skip: s)
+        trainer = Trainer(config)
+        calls = {"n": 0}
+        score = trainer.policy.token_log_probs
+
+        def counted(*args, calls=calls, score=score, **kwargs):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            return score(*args, **kwargs)
+
+        trainer.policy.token_log_probs = counted  # type: ignore[method-assign]
+        batch = trainer.collect()
+        assert batch.rollout.old_log_probs.shape[1] == (0 if skip else 8)
+        collected = calls["n"]
+        metrics = trainer.updater.update(
+            trainer.algorithm,
+            trainer.algorithm.training_units(batch.rollout, batch.noise),
+            batch.noise,
+        )
+        results[skip] = (collected, metrics["grad_norm"], trainer.optimizer_steps)
+    assert results[True][0] == 0 and results[False][0] >= 1
+    assert results[True][2] == results[False][2] == 1
+    assert results[True][1] == pytest.approx(results[False][1], rel=1e-5)
+    # The rule itself: one pass, all minibatches in one step.
+    from genrl.algorithms.base import updates_once
+
+    config = lm_config(tmp_path, lm_dir)
+    assert not updates_once(config, 8)  # 2 minibatches of 4, one per step
+    config.train.gradient_accumulation_steps = 2
+    assert updates_once(config, 8)
+    config.train.inner_epochs = 2
+    assert not updates_once(config, 8)

@@ -9,6 +9,7 @@ in its numbered phases and knows no algorithm by name.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -242,6 +243,17 @@ class Algorithm(abc.ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+def updates_once(train_config: Any, units: int) -> bool:
+    """Whether an iteration of ``units`` training units (on this process) takes exactly one
+    optimizer step with one pass: then every loss sees the parameters that sampled the rollout,
+    so its old log-probs are the current ones, detached, and need no forward of their own (as
+    TRL skips ``old_per_token_logps``)."""
+    t = train_config.train
+    return (
+        t.inner_epochs == 1 and math.ceil(units / t.minibatch_size) <= t.gradient_accumulation_steps
+    )
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -28,6 +28,7 @@ from genrl.algorithms.base import (
     RolloutNoise,
     StepContext,
     register_algorithm,
+    updates_once,
 )
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
 from genrl.overrides import ConfigError
@@ -134,8 +135,12 @@ class GRPO(Algorithm):
         start = prompt_ids.shape[1]
         # Old log-probs from a full forward, the computation training repeats (the sampler's
         # incremental ones differ in the last bits): the first update is then exactly on-policy.
-        old = self._score(policy, input_ids, attention, start, mask)
-        ref = torch.zeros(len(prompts), 0, device=old.device)
+        # When the iteration is one optimizer step, training's own forward gives them ([N, 0]).
+        none = torch.zeros(len(prompts), 0, device=mask.device)
+        old = none
+        if not updates_once(self.train_config, len(prompts)):
+            old = self._score(policy, input_ids, attention, start, mask)
+        ref = none
         if self.config.kl_beta > 0:
             with policy.reference():
                 ref = self._score(policy, input_ids, attention, start, mask)
@@ -149,7 +154,7 @@ class GRPO(Algorithm):
             old_log_probs=old,
             ref_log_probs=ref,
             finished=finished,
-            advantages=torch.zeros(len(prompts), device=old.device),
+            advantages=torch.zeros(len(prompts), device=mask.device),
         )
 
     def _score(

@@ -28,6 +28,7 @@ from genrl.algorithms.base import (
     RolloutNoise,
     StepContext,
     register_algorithm,
+    updates_once,
 )
 from genrl.dllm_estimators import ESTIMATORS, LikelihoodEstimator
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
@@ -154,8 +155,11 @@ class MaskGRPO(Algorithm):
         inputs = torch.stack([torch.cat([v.prompt, v.completion], 1) for v in views], dim=1)
         counted = torch.stack([v.counted for v in views], dim=1)
         start = prompt_ids.shape[1]
-        old = self._score(policy, inputs, attention, out.tokens, start) * counted
-        ref = old[..., :0]
+        none = counted[..., :0].float()  # [N, V, 0]: not recorded
+        old = none
+        if not updates_once(self.train_config, self.num_units(len(prompts))):
+            old = self._score(policy, inputs, attention, out.tokens, start) * counted
+        ref = none
         if self.config.kl_beta > 0:
             with policy.reference():
                 ref = self._score(policy, inputs, attention, out.tokens, start) * counted
@@ -171,7 +175,7 @@ class MaskGRPO(Algorithm):
             counted=counted,
             old_log_probs=old,
             ref_log_probs=ref,
-            advantages=torch.zeros(len(prompts), device=old.device),
+            advantages=torch.zeros(len(prompts), device=counted.device),
         )
 
     def _score(
