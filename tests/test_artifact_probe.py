@@ -106,6 +106,7 @@ def test_probe_on_a_dino_backbone_from_a_folder(tmp_path: Path) -> None:
         train_artifact_probe(tmp_path / "x.safetensors", str(tmp_path / "dino"), backbone="digits")
 
 
+@pytest.mark.slow
 def test_cli_trains_a_probe(tmp_path: Path) -> None:
     out = tmp_path / "probe.safetensors"
     result = subprocess.run(

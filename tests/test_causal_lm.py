@@ -206,9 +206,19 @@ def test_text_evaluation_and_report(tmp_path: Path, lm_dir: Path, monkeypatch) -
     run = Path(config.output_dir)
     assert (run / "samples_before.md").is_file() and (run / "samples_after.md").is_file()
     assert summary["heldout_samples"] == 4
-    # Greedy held-out decoding is deterministic.
-    trainer = Trainer(config)
-    assert trainer.evaluate().outputs == trainer.evaluate().outputs
+    # Greedy held-out decoding is deterministic: untrained weights score what the run scored
+    # before training, the run's checkpoint what it scored after, and training changed them.
+    from genrl.checkpoint import resolve_checkpoint
+
+    untrained = Trainer(config)
+    before = untrained.evaluate()
+    assert before.outputs == untrained.evaluate().outputs
+    assert before.reward == pytest.approx(summary["heldout_reward_before"], abs=1e-6)
+    trained = Trainer(config)
+    trained.load_checkpoint(resolve_checkpoint(run))
+    after = trained.evaluate()
+    assert after.reward == pytest.approx(summary["heldout_reward_after"], abs=1e-6)
+    assert after.outputs != before.outputs
 
 
 def test_bad_settings_are_rejected(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:

@@ -39,9 +39,24 @@ def test_backbone_features_batched_equal_one_by_one(dino: Path) -> None:
 
 
 def test_registers_are_not_patches(tmp_path: Path) -> None:
-    backbone = DinoBackbone(str(build_dinov2(tmp_path, registers=2)), "cpu", "float32", 4)
-    cls, patches = backbone.features(pictures(2, 0))
+    """With register tokens the hidden states are [CLS, registers, patches]: the features are
+    the first and the last 16, read straight from the model's own output."""
+    from transformers import AutoModel
+
+    path = build_dinov2(tmp_path, registers=2)
+    backbone = DinoBackbone(str(path), "cpu", "float32", 4)
+    images = pictures(2, 0)
+    cls, patches = backbone.features(images)
     assert cls.shape == (2, 32) and patches.shape == (2, 16, 32)
+    model, preprocess = backbone.load()
+    with torch.no_grad():
+        hidden = AutoModel.from_pretrained(path)(pixel_values=preprocess(images, "cpu"))
+    hidden = hidden.last_hidden_state
+    assert hidden.shape[1] == 1 + 2 + 16
+    torch.testing.assert_close(cls, hidden[:, 0])
+    torch.testing.assert_close(patches, hidden[:, 3:])
+    assert not torch.allclose(patches[:, 0], hidden[:, 1])  # a register is not the first patch
+    del model
 
 
 def test_similarity_by_hand(tmp_path: Path, dino: Path) -> None:

@@ -259,6 +259,7 @@ def _two_process_worker(directory: str, lm: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_two_processes_refill_the_same_number_of_rounds(tmp_path: Path, lm_dir: Path) -> None:  # noqa: F811
     from accelerate import debug_launcher
 

@@ -10,6 +10,10 @@ import pytest
 
 from genrl.cli import main
 
+pytestmark = (
+    pytest.mark.slow
+)  # 20 iterations of the default job (the fast lane has the golden curves)
+
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -32,6 +32,7 @@ REAL_MODEL_RECIPES = list(IMAGE_RECIPES) + [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL_MODEL_RECIPES)
 def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     from accelerate.state import AcceleratorState

@@ -179,6 +179,7 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
     assert torch.isfinite(torch.tensor(metrics["loss/total"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe", ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft"]
 )

@@ -185,7 +185,10 @@ def test_a_server_that_is_down_fails_clearly_and_one_that_comes_back_is_retried(
     finally:
         time.sleep(0.3)
         server.shutdown()
-    assert scores.scores["c"].shape == (2,)
+    # The scores of the images as sent (8-bit PNG), as the local reward gives them.
+    sent = (images(2) * 255).round() / 255
+    expected = TargetColorReward()(sent, ["p"] * 2).scores["target_color"]
+    torch.testing.assert_close(scores.scores["c"], expected, rtol=0, atol=1e-6)
 
 
 def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ CRASH = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["before_rename", "after_rename", "torn_index"])
 def test_a_kill_mid_write_loses_only_the_unfinished_append(tmp_path: Path, point: str) -> None:
     tests = str(Path(__file__).parent)

@@ -169,3 +169,22 @@ def test_reward_model_adds_the_solved_bonus() -> None:
     out = build_reward("sudoku", solved_bonus=0.5)([S, "3333333333333333"], [P, P])
     assert out.scores["sudoku"].tolist() == pytest.approx([1.5, 0.5])
     assert out.scores["solved"].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.slow
+def test_manifest_metrics_are_what_the_shipped_model_scores() -> None:
+    """The held-out figures in the manifest are recomputed from the shipped weights with the
+    build script's own evaluation (16 sampler steps), not read back."""
+    import sys
+
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    sys.path.insert(0, str(ASSET_DIR.parents[2] / "scripts"))
+    import build_sudoku_dllm
+
+    tokenizer = AutoTokenizer.from_pretrained(ASSET_DIR, local_files_only=True)
+    model = AutoModelForMaskedLM.from_pretrained(ASSET_DIR, local_files_only=True).eval()
+    recorded = json.loads((ASSET_DIR / "manifest.json").read_text())["metrics"]["heldout"]
+    measured = build_sudoku_dllm.evaluate(model, tokenizer, "heldout", (16,))
+    for name, value in recorded["steps16"].items():
+        assert measured["steps16"][name] == pytest.approx(value, abs=0.011), name

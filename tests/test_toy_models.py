@@ -104,10 +104,15 @@ def test_lora_target_modules_exist(flow: DigitFlowModel) -> None:
     assert set(DigitFlowModel.lora_target_modules) <= linear_leaves
 
 
-def test_classifier_shapes(classifier: DigitClassifier) -> None:
+def test_classifier_shapes_and_batch_independence(classifier: DigitClassifier) -> None:
+    images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        logits = classifier(torch.rand(4, 1, 8, 8))
+        logits = classifier(images)
+        alone = torch.cat([classifier(images[i : i + 1]) for i in range(4)])
     assert logits.shape == (4, 10) and logits.dtype == torch.float32
+    # Each image's logits depend on that image only (eval mode: no batch statistics).
+    torch.testing.assert_close(logits, alone, rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(logits).all() and float(logits.std()) > 0
 
 
 def test_pixel_maps_roundtrip() -> None:
