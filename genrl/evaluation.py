@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from samplers import FlowODESampler
+from samplers.flow_ode import integrate
 
 
 @dataclass
@@ -42,15 +42,12 @@ def sample_ode(
 ) -> torch.Tensor:
     """Deterministic Euler-ODE samples ``[N, *event]`` from initial noise ``[N, *event]``, on the
     policy's noise schedule (``shift=None``: the model's own scheduler)."""
-    sampler = FlowODESampler(policy.sigma_schedule(num_steps, shift))
     condition = policy.encode_prompts(prompts)
-    x = noise.float().to(policy.device)
-    sigmas = sampler.sigmas.to(x.device)
-    for i in range(num_steps):
-        sigma = sigmas[i].expand(x.shape[0])
-        v = policy.velocity(x, sigma, condition, guidance_scale)
-        x = sampler.step(v, i, x).prev_sample
-    return x
+    return integrate(
+        lambda x, sigma: policy.velocity(x, sigma, condition, guidance_scale),
+        noise.to(policy.device),
+        policy.sigma_schedule(num_steps, shift),
+    )
 
 
 def fixed_seed_batch(

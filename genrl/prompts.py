@@ -39,11 +39,9 @@ class PromptSource:
 
 
 def _digits() -> PromptSource:
-    from pipelines.toy.prompts import ALL_PROMPTS, DIGIT_WORDS, prompt_for
+    from pipelines.toy.prompts import ALL_PROMPTS, TRAIN_PROMPTS
 
-    templates = range(3)
-    train = [prompt_for(d, t) for t in templates for d in range(len(DIGIT_WORDS))]
-    return PromptSource(train=train, eval=list(ALL_PROMPTS))
+    return PromptSource(train=list(TRAIN_PROMPTS), eval=list(ALL_PROMPTS))
 
 
 def _t2i_simple() -> PromptSource:
@@ -59,7 +57,7 @@ def _t2i_simple() -> PromptSource:
 def _countdown() -> PromptSource:
     """Countdown problems: 1,000 training prompts and the 200 held-out problems the embedded
     model's manifest reports (``make_problems(200, 0, "heldout")``)."""
-    from genrl.tasks.countdown import make_problems
+    from reward_models.tasks.countdown import make_problems
 
     return PromptSource(
         train=[p.prompt for p in make_problems(1000, 0, "train")],
@@ -69,7 +67,7 @@ def _countdown() -> PromptSource:
 
 def _countdown_chat() -> PromptSource:
     """The Countdown problems of ``countdown`` as instructions for chat models."""
-    from genrl.tasks.countdown import format_chat_prompt, make_problems
+    from reward_models.tasks.countdown import format_chat_prompt, make_problems
 
     return PromptSource(
         train=[format_chat_prompt(p.numbers, p.target) for p in make_problems(1000, 0, "train")],
@@ -80,7 +78,7 @@ def _countdown_chat() -> PromptSource:
 def _sudoku() -> PromptSource:
     """4x4 Sudoku puzzles: 1,000 training puzzles and the 200 held-out ones the embedded
     dLLM's manifest reports (``make_problems(200, 0, "heldout")``)."""
-    from genrl.tasks.sudoku import make_problems
+    from reward_models.tasks.sudoku import make_problems
 
     return PromptSource(
         train=[p.prompt for p in make_problems(1000, 0, "train")],

@@ -237,15 +237,23 @@ def synthetic_digits(
     training prompt of the digits task; artifacts: each clean image once more, with one
     corruption (the kinds in turn).
     """
-    from genrl.evaluation import fixed_seed_batch, sample_ode
-    from genrl.prompts import load_prompts
     from pipelines import build_policy
+    from pipelines.toy.prompts import TRAIN_PROMPTS
+    from samplers.flow_ode import integrate
 
     policy = build_policy("toy_digits")
-    prompts = load_prompts("digits").train
-    order, noise = fixed_seed_batch(prompts, per_prompt, policy.latent_shape, seed)
+    # The held-out layout of genrl's evaluation: sample i gets prompt i % P, noise from the seed.
+    n = len(TRAIN_PROMPTS) * per_prompt
+    order = [TRAIN_PROMPTS[i % len(TRAIN_PROMPTS)] for i in range(n)]
+    noise = torch.randn((n, *policy.latent_shape), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        clean = policy.decode(sample_ode(policy, order, noise, 10, None, 3.0)).cpu()
+        condition = policy.encode_prompts(order)
+        latents = integrate(
+            lambda x, sigma: policy.velocity(x, sigma, condition, 3.0),
+            noise,
+            policy.sigma_schedule(10, None),
+        )
+        clean = policy.decode(latents).cpu()
     generator = torch.Generator().manual_seed(seed)
     kinds = [CORRUPTIONS[i % len(CORRUPTIONS)] for i in range(len(clean))]
     corrupted = torch.empty_like(clean)

@@ -11,7 +11,7 @@ from reward_models.base import RewardModel, RewardOutput
 
 class CountdownReward(RewardModel):
     """``countdown``: 1 for a correct equation using exactly the prompt's numbers, 0.1 for a
-    well-formed wrong one, 0 otherwise (``genrl.tasks.countdown``); also logs ``accuracy``."""
+    well-formed wrong one, 0 otherwise (``reward_models.tasks.countdown``); also logs ``accuracy``."""
 
     name = "countdown"
     accepts = ("texts",)
@@ -24,7 +24,7 @@ class CountdownReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from genrl.tasks.countdown import CORRECT_REWARD, answer_in_tags, countdown_reward
+        from reward_models.tasks.countdown import CORRECT_REWARD, answer_in_tags, countdown_reward
 
         del metadata
         if isinstance(outputs, torch.Tensor):
@@ -73,7 +73,7 @@ class OverlongPenalty(RewardModel):
 
 class SudokuReward(RewardModel):
     """``sudoku``: fraction of the puzzle's blank cells filled correctly
-    (``genrl.tasks.sudoku``), plus ``solved_bonus`` when every blank is right; also logs
+    (``reward_models.tasks.sudoku``), plus ``solved_bonus`` when every blank is right; also logs
     ``solved`` (0/1).
 
     Args:
@@ -90,7 +90,7 @@ class SudokuReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from genrl.tasks.sudoku import sudoku_reward
+        from reward_models.tasks.sudoku import sudoku_reward
 
         del metadata
         if isinstance(outputs, torch.Tensor):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from samplers.base import StepOutput, check_sigmas, per_sample
@@ -55,6 +57,24 @@ class FlowODESampler:
             mean=mean,
             std=zeros,
         )
+
+
+def integrate(
+    velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    sigmas: torch.Tensor,
+) -> torch.Tensor:
+    """Euler steps of the probability-flow ODE through ``sigmas`` from ``x`` (``[N, *event]``).
+
+    ``velocity(x, sigma)`` gives ``v`` for states ``x`` at per-sample levels ``sigma [N]``.
+    """
+    sampler = FlowODESampler(sigmas)
+    x = x.float()
+    levels = sampler.sigmas.to(x.device)
+    for i in range(sampler.num_steps):
+        v = velocity(x, levels[i].expand(x.shape[0]))
+        x = sampler.step(v, i, x).prev_sample
+    return x
 
 
 def _sigma_pair(

@@ -5,7 +5,7 @@
     python scripts/build_countdown_lm.py --reproduce  # rebuild in a temp dir, compare sha256s
 
 A tiny Qwen3 over a character-level tokenizer, fine-tuned on ``prompt + solution + <eos>`` from
-the train split of ``genrl.tasks.countdown`` (loss on completion tokens only). It is left weak so
+the train split of ``reward_models.tasks.countdown`` (loss on completion tokens only). It is left weak so
 GRPO has headroom: ``TRAIN["label_noise"]`` of the training completions are wrong equations over
 the right numbers (the digit flow model's noisy-label trick), so it often samples wrong equations
 at temperature 1. The build fails unless the held-out metrics land in ``ACCEPT``. One thread,
@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
 
-from genrl.tasks import countdown  # noqa: E402
+from reward_models.tasks import countdown  # noqa: E402
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "countdown_lm"
 COMMAND = "python scripts/build_countdown_lm.py"
@@ -237,7 +237,7 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     files = sorted(asset_tools.file_entries(out))
     manifest = {
-        "description": "Tiny Qwen3 LM for genrl.tasks.countdown; char-level tokenizer, left padding",
+        "description": "Tiny Qwen3 LM for reward_models.tasks.countdown; char-level tokenizer, left padding",
         "command": COMMAND,
         "format": "prompt + completion + <eos>, e.g. 'Use 3 5 7 to make 22:' + '3*5+7' + '<eos>'",
         "special_tokens": {t: i for i, t in enumerate(SPECIAL_TOKENS)},

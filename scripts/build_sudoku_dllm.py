@@ -30,7 +30,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
 
-from genrl.tasks import sudoku  # noqa: E402
+from reward_models.tasks import sudoku  # noqa: E402
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "sudoku_dllm"
 COMMAND = "python scripts/build_sudoku_dllm.py"
@@ -238,7 +238,7 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     files = sorted(asset_tools.file_entries(out))
     manifest = {
-        "description": "Tiny ModernBERT masked-diffusion LM (LLaDA loss) for genrl.tasks.sudoku",
+        "description": "Tiny ModernBERT masked-diffusion LM (LLaDA loss) for reward_models.tasks.sudoku",
         "command": COMMAND,
         "format": "27 prompt + 16 completion tokens: 'Sudoku 12.4 .4.2 2.43 4.2.:1234341221434321'",
         "special_tokens": {t: i for i, t in enumerate(SPECIAL_TOKENS)},

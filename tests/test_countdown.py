@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genrl.tasks.countdown import (
+from reward_models.tasks.countdown import (
     MAX_COMPLETION_CHARS,
     countdown_reward,
     expressions,

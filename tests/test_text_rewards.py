@@ -65,7 +65,7 @@ def test_countdown_recipe_trains_the_embedded_model(tmp_path: Path) -> None:
 
 def test_countdown_chat_prompts_and_answer_tags() -> None:
     from genrl.prompts import load_prompts
-    from genrl.tasks.countdown import parse_prompt
+    from reward_models.tasks.countdown import parse_prompt
 
     source = load_prompts("countdown_chat")
     assert len(source.train) == 1000 and len(source.eval) == 200

@@ -73,3 +73,7 @@ def parse_prompt(prompt: str) -> int:
 
 
 ALL_PROMPTS: list[str] = [prompt_for(label) for label in range(10)]
+"""The held-out prompts of the digits task: one per digit, the first template."""
+
+TRAIN_PROMPTS: list[str] = [prompt_for(d, t) for t in range(3) for d in range(len(DIGIT_WORDS))]
+"""The training prompts of the digits task: every digit in the first three templates."""
