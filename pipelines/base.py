@@ -47,6 +47,10 @@ class TrainablePolicy:
 
     module: nn.Module
     network: nn.Module
+    lora_init: bool | str = True
+    """peft's ``init_lora_weights`` for ``setup_training``: True (peft's default, Kaiming-uniform
+    ``A``) or e.g. ``"gaussian"`` (``A ~ N(0, 1/r^2)``, Flow-GRPO's and DiffusionNFT's choice);
+    ``B`` starts at zero either way."""
 
     def __init__(self) -> None:
         self._frozen_reference: nn.Module | None = None
@@ -91,7 +95,12 @@ class TrainablePolicy:
             from peft import LoraConfig, get_peft_model
 
             targets = target_modules or self.default_lora_targets()
-            lora = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, target_modules=targets)
+            lora = LoraConfig(
+                r=rank,
+                lora_alpha=alpha or 2 * rank,
+                target_modules=targets,
+                init_lora_weights=self.lora_init,
+            )
             self.network.requires_grad_(False)
             self.network = get_peft_model(self.network, lora)
         else:
@@ -144,6 +153,10 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
     ``forward_model`` and ``decode`` and set ``latent_shape``."""
 
     latent_shape: tuple[int, ...]
+    detach_uncond: bool = True
+    """With CFG, stop gradients through the unconditional branch (only the conditional one is
+    trained); False lets them flow through both, as Flow-GRPO's scripts do since its commit
+    a482878 ("fix cfg gradient detach", 2025-08-19)."""
 
     # -- to implement ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -184,8 +197,9 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
     ) -> torch.Tensor:
         """Velocity with classifier-free guidance ``v_u + g * (v_c - v_u)`` when ``g != 1``.
 
-        Conditional and unconditional branches go through one batched forward; the unconditional
-        branch is detached so that gradients flow only through the conditional one (Flow-GRPO).
+        Conditional and unconditional branches go through one batched forward; with
+        ``detach_uncond`` the unconditional branch is detached so that gradients flow only
+        through the conditional one, otherwise through both (``(1 - g) dv_u + g dv_c``).
         """
         module = self._active_module()
         if guidance_scale == 1.0:
@@ -198,5 +212,6 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
         )
         # Guidance is combined in float32 so that a bf16 forward does not round the difference.
         cond, uncond = both.float().chunk(2)
-        uncond = uncond.detach()
+        if self.detach_uncond:
+            uncond = uncond.detach()
         return uncond + guidance_scale * (cond - uncond)

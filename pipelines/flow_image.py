@@ -55,7 +55,14 @@ class FlowImagePolicy(FlowPolicy):
             trainable LoRA weights stay float32.
         gradient_checkpointing: recompute transformer activations in the backward pass.
         negative_prompt: the unconditional prompt of classifier-free guidance.
-        max_sequence_length: text-encoder tokens; None uses the pipeline's default.
+        max_sequence_length: tokens of the long-context text encoder (T5 for SD3 and FLUX,
+            Gemma for SANA); None uses the pipeline's default (SD3: 256, FLUX: 512, SANA: 300).
+            Flow-GRPO's SD3 and FLUX scripts encode with 128. SD3's condition is the 77 CLIP
+            tokens followed by these, so its text sequence is ``77 + max_sequence_length``.
+        detach_uncond: with CFG, stop gradients through the unconditional branch (genrl's
+            default); False trains both branches, as Flow-GRPO's scripts do.
+        lora_init: peft's ``init_lora_weights`` (True: peft's default; ``"gaussian"``:
+            Flow-GRPO's and DiffusionNFT's).
         pipeline: an already built pipeline instead of ``pretrained`` (tests, notebooks).
     """
 
@@ -72,9 +79,13 @@ class FlowImagePolicy(FlowPolicy):
         gradient_checkpointing: bool = False,
         negative_prompt: str = "",
         max_sequence_length: int | None = None,
+        detach_uncond: bool = True,
+        lora_init: bool | str = True,
         pipeline: Any = None,
     ) -> None:
         super().__init__()
+        self.detach_uncond = detach_uncond
+        self.lora_init = lora_init
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.dtype = DTYPES[dtype]

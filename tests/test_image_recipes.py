@@ -40,7 +40,8 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     config = get_recipe(name)
     family = config.policy.name
     model = BUILDERS[family](tmp_path / family)
-    kwargs = '{"height": 32, "width": 32}'
+    # The recipe's adapter settings (text length, LoRA init, CFG gradients) at a tiny size.
+    kwargs = json.dumps({**config.policy.kwargs, "height": 32, "width": 32})
     if family == "sana":
         kwargs = '{"height": 32, "width": 32, "max_sequence_length": 16}'
     if config.reward[0].name == "hps":

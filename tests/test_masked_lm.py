@@ -285,6 +285,7 @@ def test_llada_recipe_runs_on_a_tiny_stand_in(tmp_path: Path, dllm_dir: Path, mo
             f"policy.pretrained={dllm_dir / 'chat'}",
             'policy.kwargs={"trust_remote_code": true, "chat_template": true, "mask_token_id": 1}',
             "policy.lora_rank=4",
+            "policy.lora_target_modules=null",  # the tiny stand-in is a BERT, not LLaDA
             "reward.0.name=digit_share",
             "reward.0.kwargs={}",
             f"prompts.dataset={prompts}",

@@ -68,16 +68,31 @@ def dllm_sudoku_d1() -> TrainConfig:
 def llada8b_countdown_maskgrpo() -> TrainConfig:
     """MaskGRPO on LLaDA-8B-Instruct with LoRA, on Countdown through its chat template (GPUs).
 
-    Settings from MaskGRPO's text recipe (github.com/martian422/MaskGRPO,
-    ``scripts/train/t2t_grpo_train.sh`` and ``configs/rl.yaml``): LoRA rank 128 / alpha 64,
-    lr 3e-6 constant after warm-up, AdamW betas (0.9, 0.99), weight decay 0.1, grad-norm clip
-    0.2, bf16; 256-token completions in 128 steps over blocks of 16 with low-confidence
-    remasking; 12 views per sample (mu) with mask-ratio floor 0.6, clip 0.2, beta 0.01; 6
-    samples per prompt; 8 processes x 6 samples x 2 accumulation steps per optimizer step
-    (here 16 prompts x 6 per iteration, minibatches of 6 views). Their task is GSM8K; this
-    recipe uses the embedded ``countdown_chat`` prompts and the ``<answer>`` tag reward (d1
-    also trains LLaDA on Countdown). LLaDA's modelling code is the checkpoint's own, hence
-    ``trust_remote_code``; its tokenizer does not name the mask token (id 126336).
+    Settings from MaskGRPO's text recipe (github.com/martian422/MaskGRPO @ b74ba3c,
+    ``scripts/train/t2t_grpo_train.sh`` over ``configs/rl.yaml``, ``grpo/grpo_config.py`` for the
+    rest, ``grpo/mask_grpo_train.py``): LoRA rank 128 / alpha 64 on the script's targets
+    (``q_proj k_proj v_proj o_proj up_proj down_proj gate_proj``, L169-175; on LLaDA's blocks only
+    ``q/k/v_proj`` and ``up_proj`` exist, so its ``attn_out``, ``ff_proj``, ``ff_out`` and the
+    output head stay frozen), lr 3e-6 constant after a one-step warm-up (``warmup_ratio`` 1e-4
+    of 8000 steps), AdamW betas (0.9, 0.99), weight decay 0.1, grad-norm clip 0.2, bf16;
+    256-token completions in 128 steps over blocks of 16, low-confidence remasking at
+    temperature 0.9 (``grpo_config.py`` L193-198; neither file sets it); 12 views per sample
+    (mu) with mask-ratio floor 0.6 and fading-out masking, clip 0.2, beta 0.01, k3 KL to the
+    adapter-disabled base; advantages ``(r - mean) / (std + 1e-5)`` (Bessel) per group of 6,
+    one token mean over each local minibatch (``bnpo``); 8 processes x 6 samples x 2
+    accumulation steps per optimizer step, i.e. 16 prompts x 6 and 12 optimizer steps per
+    iteration on 8 processes (minibatches of 6 views); 667 iterations = the reference's 8000
+    optimizer steps; seed 42. Their task is GSM8K; this recipe uses the embedded
+    ``countdown_chat`` prompts and the ``<answer>`` tag reward (d1 also trains LLaDA on
+    Countdown). LLaDA's modelling code is the checkpoint's own, hence ``trust_remote_code``;
+    its tokenizer does not name the mask token (id 126336).
+
+    Remaining differences: LoRA dropout 0.05 there (genrl turns dropout off so that the first
+    update is on-policy); the reference's optimizer step takes one view index for all its
+    samples (with accumulation 2, micro-batch 0 cycles through the even views and 1 through the
+    odd ones), genrl shuffles (sample, view) units; ``max_prompt_length`` 256 (prompts are not
+    truncated here); its ``sync_ref_model`` is a no-op with LoRA, as here. Held-out evaluation
+    decodes greedily (the reference evaluates outside training).
 
     Not run here (no GPU was available); trained on a tiny stand-in in
     ``tests/test_masked_lm.py``.
@@ -90,19 +105,39 @@ def llada8b_countdown_maskgrpo() -> TrainConfig:
             pretrained="GSAI-ML/LLaDA-8B-Instruct",
             lora_rank=128,
             lora_alpha=64,
+            lora_target_modules=[
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "up_proj",
+                "down_proj",
+                "gate_proj",
+            ],
             dtype="bfloat16",
             kwargs={"trust_remote_code": True, "chat_template": True, "mask_token_id": 126336},
         ),
         generation=GenerationConfig(
-            max_new_tokens=256, diffusion_steps=128, block_length=16, temperature=1.0
+            max_new_tokens=256,
+            diffusion_steps=128,
+            block_length=16,
+            remasking="low_confidence",
+            temperature=0.9,
         ),
         reward=[RewardSpec(name="countdown", kwargs={"answer_tags": True})],
         algorithm=MaskGRPOConfig(
-            num_iterations=12, mask_ratio_floor=0.6, clip_range=0.2, kl_beta=0.01
+            num_iterations=12,
+            mask_ratio_floor=0.6,
+            clip_range=0.2,
+            kl_beta=0.01,
+            aggregation="bnpo",
+            std_mode="group",
+            std_estimator="sample",
+            std_eps=1e-5,
         ),
         prompts=PromptConfig(dataset="countdown_chat"),
         train=TrainLoopConfig(
-            iterations=500,
+            iterations=667,
             prompts_per_iteration=16,
             group_size=6,
             minibatch_size=6,

@@ -73,7 +73,13 @@ def sd35m_pickscore_ram() -> TrainConfig:
     with ``p(t) = 2t``; loss velocities without CFG; multiplier 1000 (PickScore's differences
     are small; 100 for GenEval/OCR); per-prompt advantages over the iteration's std, no
     clipping; one optimizer step per iteration (1152 x 8 units over 8 processes, minibatch 8:
-    accumulation 144); AdamW 3e-4, betas (0.9, 0.99), wd 1e-4, no gradient clipping."""
+    accumulation 144); AdamW 3e-4, betas (0.9, 0.99), wd 1e-4, no gradient clipping.
+
+    Unverified: the official code (github.com/AndreasBergmeister/ram) could not be read here;
+    the values above are those of ``docs/algorithms/ram.md`` (a reimplementation and an audit).
+    The model side is ``sd35m_pickscore``'s (Flow-GRPO's SD3 script, which RAM's ``pickscore_sd3``
+    config is named after): LoRA r32 / alpha 64 on its attention targets with Gaussian init, T5
+    at 128 tokens, fp16, EMA 0.9 every step for evaluation."""
     config = sd35m_pickscore()
     config.recipe = "sd35m_pickscore_ram"
     config.sampler = SamplerConfig(num_steps=20, noise_level=0.7, guidance_scale=2.0)
@@ -89,20 +95,34 @@ def sd35m_pickscore_ram() -> TrainConfig:
 
 
 def sd35m_pickscore_nft() -> TrainConfig:
-    """DiffusionNFT on SD3.5-medium + PickScore, the released ``sd3_pickscore`` settings: 48 x
-    24 samples per iteration, 10-step deterministic sampling without CFG (our Euler ODE; the
+    """DiffusionNFT on SD3.5-medium + PickScore, the released ``sd3_pickscore`` settings
+    (github.com/NVlabs/DiffusionNFT @ 24af555: ``config/nft.py`` L11-67 and L97-109 over
+    ``config/base.py``, run by ``scripts/train_nft_sd3.py``): 512 px; 48 x 24 samples per
+    iteration, 9 per forward; 10-step deterministic sampling without CFG (our Euler ODE; the
     code uses a 2nd-order DPM solver), old policy ``min(0.001 k, 0.5)``, beta 1, KL 1e-4,
-    advantage clip 5, 9 of the sampler's noise levels per sample, one optimizer step per
-    iteration (1152 x 9 units / 8 processes / 9 per minibatch: accumulation 144), AdamW 3e-4,
-    wd 1e-4, grad-norm 1; evaluated without CFG at 40 steps."""
+    advantage clip 5, global std, 9 of the sampler's noise levels per sample, one optimizer
+    step per iteration (1152 x 9 units / 8 processes / 9 per minibatch: accumulation 144),
+    AdamW 3e-4, betas (0.9, 0.999), wd 1e-4, grad-norm 1, EMA 0.9 after every optimizer step;
+    LoRA r32 / alpha 64 on Flow-GRPO's attention targets with Gaussian init
+    (``train_nft_sd3.py`` L420-431); T5 at 128 tokens (L255, L603 there); fp16
+    (``config/base.py`` L23); evaluated every 10 iterations without
+    CFG at 40 steps, batch 16; checkpoints every 30.
+
+    Remaining differences: the EMA's decay warms up as ``min((1 + s) / (10 + s), 0.9)`` there;
+    the reference keeps the transformer's and the VAE's weights in float32 (here fp16 storage);
+    its DPM-Solver sampler; prompts as ``sd35m_pickscore``."""
     config = sd35m_pickscore()
     config.recipe = "sd35m_pickscore_nft"
     config.sampler = SamplerConfig(num_steps=10, noise_level=0.7, guidance_scale=1.0)
     config.algorithm = DiffusionNFTConfig()
     config.train.minibatch_size = 9
     config.train.gradient_accumulation_steps = 144
-    config.optim = OptimConfig(lr=3e-4, weight_decay=1e-4, max_grad_norm=1.0, ema_decay=0.9)
+    config.optim = OptimConfig(
+        lr=3e-4, weight_decay=1e-4, betas=[0.9, 0.999], max_grad_norm=1.0, ema_decay=0.9
+    )
     config.eval.num_steps = 40
+    config.eval.every = 10
+    config.logging.checkpoint_every = 30
     return config
 
 
@@ -112,9 +132,20 @@ def flux_dev_hps_gdro() -> TrainConfig:
     guidance embedding 3.5) into ``runs/flux_gdro_store`` once, 2,048 groups; training reads 64
     groups per iteration (about the paper's 512 / k per step) for 300 iterations (about 9
     passes), tau 0.05, beta 6, gamma 1.0 (the paper's GenEval values; OCR: beta 12, gamma 0.5),
-    one shared noising per group, LoRA r32 with an EMA for evaluation, lr 3e-4."""
+    one shared noising per group, LoRA r32 with an EMA for evaluation, lr 3e-4.
+
+    No code is public: only the values above come from the paper (as quoted in
+    ``docs/algorithms/gdro.md``; the paper itself was not read for this recipe). Not given there and chosen here: genrl's default LoRA targets (attention
+    projections) and init, alpha 64, T5 at the pipeline's 512 tokens, bf16, the EMA's decay 0.9
+    (``docs/algorithms/gdro.md`` reads the paper's EMA as ``min(0.001 i, 0.5)``, unverified),
+    the 28-step sampler of the store, the batch layout."""
     config = flux_dev_hps()
     config.recipe = "flux_dev_hps_gdro"
+    # The paper's LoRA rank, not flux_dev_pickscore's (Flow-GRPO's FLUX script: r64 + FFN).
+    config.policy.lora_rank, config.policy.lora_alpha = 32, 64
+    config.policy.lora_target_modules = None
+    config.policy.kwargs = {"height": 512, "width": 512, "embedded_guidance": 3.5}
+    config.eval.every, config.logging.checkpoint_every = 60, 60
     config.sampler = SamplerConfig(num_steps=28, noise_level=0.7, guidance_scale=1.0)
     config.algorithm = GDROConfig(beta=6.0, tau=0.05, gamma=1.0, noisings_per_sample=1)
     config.reward = [RewardSpec(name="hps", kwargs={"version": "v2.1"})]

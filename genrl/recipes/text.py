@@ -59,9 +59,19 @@ def qwen3_countdown_grpo() -> TrainConfig:
     Prompts are instructions (``countdown_chat``) asking for the expression inside
     ``<answer></answer>``; the reward reads the last such tag, so the model may reason first
     (512 new tokens, with DAPO's overlong penalty over the last 128). Settings follow TRL's
-    GRPO defaults (clip 0.2, beta 0, temperature 1) with DAPO's token-mean loss and
-    clip-higher 0.28; lr 1e-5 is the usual LoRA learning rate (TRL's 1e-6 is for full
-    fine-tuning). Not run here (no GPU was available); expect to tune lr and batch size.
+    ``GRPOConfig`` defaults (huggingface/trl @ f2cd577, ``trl/trainer/grpo_config.py``, on
+    transformers' ``TrainingArguments``): 8 completions per prompt, temperature 1, top-p 1,
+    512 new tokens, clip 0.2, beta 0 (no reference model), group std (Bessel, eps 1e-4), the
+    ``dapo`` token-mean loss (genrl ``token_mean``), one pass per rollout, AdamW betas (0.9,
+    0.999), no weight decay, grad-norm 1, a linear decay of the learning rate without warm-up,
+    bf16. Changed on purpose: DAPO's clip-higher 0.28 (TRL: ``epsilon_high`` = ``epsilon``);
+    LoRA r16 / alpha 32 (TRL fine-tunes all weights unless given a peft config) with lr 1e-5,
+    the usual LoRA learning rate (TRL's 1e-6 is for full fine-tuning).
+
+    Remaining differences: each rollout of 256 completions makes 4 optimizer steps (minibatch
+    16 x 4 accumulated); TRL's default ``steps_per_generation`` (= accumulation) makes one per
+    generation batch, fully on-policy. Not run here (no GPU was available); expect to tune lr
+    and batch size.
     """
     config = llm_countdown_grpo()
     config.recipe = "qwen3_countdown_grpo"
@@ -88,7 +98,9 @@ def qwen3_countdown_grpo() -> TrainConfig:
         gradient_accumulation_steps=4,
         mixed_precision="bf16",
     )
-    config.optim = OptimConfig(lr=1e-5, weight_decay=0.0, max_grad_norm=1.0)
+    config.optim = OptimConfig(
+        lr=1e-5, betas=[0.9, 0.999], weight_decay=0.0, max_grad_norm=1.0, lr_schedule="linear"
+    )
     config.eval = EvalConfig(every=20, samples_per_prompt=1, batch_size=64)
     return config
 
