@@ -90,7 +90,9 @@ class FlowGRPOConfig(AlgorithmConfig):
     """Clamp advantages to +-this (Flow-GRPO: 5)."""
     cfg_in_training: bool = True
     """With ``sampler.guidance_scale > 1``, recompute log-probs with CFG (cond and uncond in one
-    batched forward, uncond detached), as Flow-GRPO does; False trains the conditional velocity."""
+    batched forward), as Flow-GRPO does; False trains the conditional velocity. Whether the
+    unconditional branch gets gradients is the diffusers adapters' ``detach_uncond`` option
+    (Flow-GRPO trains both since its commit a482878; the SD3 recipes set it off)."""
 
     def validate(self, train_config: Any = None) -> None:
         if train_config is not None:
