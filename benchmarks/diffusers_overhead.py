@@ -4,7 +4,7 @@ Everything is measured in one process, on one pipeline built into a temporary di
 ``tests/diffusers_tiny.build_sd3`` and loaded through ``pipelines.build_policy("sd3", ...)``:
 
 (a) Rollout throughput. Ours is exactly what a training rollout runs,
-    ``FlowGRPO.collect(policy, prompts, group_ids, RolloutNoise(...))``: prompt encoding (each
+    ``FlowSDERollout.collect(policy, prompts, group_ids, RolloutNoise(...))``: prompt encoding (each
     distinct prompt once), the Flow-GRPO SDE step with its log-prob at every step, CFG in one
     batched forward, and stacking every state and log-prob. The baseline is a plain
     ``pipe(prompt=..., num_images_per_prompt=group, num_inference_steps=..., guidance_scale=...,
@@ -14,7 +14,7 @@ Everything is measured in one process, on one pipeline built into a temporary di
     compared by their median times; when the ratio misses the target (or with ``--profile``) both
     are re-run with per-phase timers to show where the time goes.
 (b) Training step time: one optimizer step over one minibatch of rollout transitions
-    (``FlowGRPO.loss``: the CFG forward with the unconditional branch detached and the SDE
+    (Flow-GRPO's objective's ``loss``: the CFG forward with the unconditional branch detached and the SDE
     log-prob; backward; gradient clipping; AdamW step), on two policies built with
     ``gradient_checkpointing=False`` and ``True`` from the same weights and LoRA initialisation,
     on the same minibatch, interleaved.
@@ -45,10 +45,11 @@ from typing import Any
 import torch
 from timing import DTYPES, PhaseTimer, autocast, synchronize, time_interleaved
 
-from genrl.algorithms.base import RolloutNoise
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.config import PolicyConfig, SamplerConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
+from genrl.rng import RolloutNoise
+from genrl.rollouts.flow_sde import FlowSDERollout
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py
 TARGET_RATIO = 1.15
@@ -176,7 +177,7 @@ def make_prompts(batch: int, group_size: int) -> tuple[list[str], list[str], tor
 
 # -- (a) rollouts ------------------------------------------------------------------------------
 def ours_rollout(
-    algorithm: FlowGRPO,
+    rollout: FlowSDERollout,
     policy: Any,
     prompts: list[str],
     group_ids: torch.Tensor,
@@ -184,7 +185,8 @@ def ours_rollout(
     device: torch.device,
     instrument: Callable[[RolloutNoise], None] | None = None,
 ) -> Callable[[int], torch.Tensor]:
-    """One training rollout (``FlowGRPO.collect`` as ``Trainer.collect`` calls it) per call."""
+    """One training rollout (Flow-GRPO's ``FlowSDERollout.collect`` as ``Trainer.collect``
+    calls it) per call."""
     batch = len(prompts)
 
     def run(iteration: int) -> torch.Tensor:
@@ -193,7 +195,7 @@ def ours_rollout(
             instrument(noise)
         policy.module.eval()
         with torch.no_grad(), autocast(device, args.dtype):
-            trajectory = algorithm.collect(policy, prompts, group_ids, noise)
+            trajectory = rollout.collect(policy, prompts, group_ids, noise)
         synchronize(device)
         return trajectory.final
 
@@ -226,7 +228,7 @@ def pipe_rollout(
 
 # -- per-phase profile -------------------------------------------------------------------------
 def profile_phases(
-    algorithm: FlowGRPO,
+    rollout: FlowSDERollout,
     policy: Any,
     unique: list[str],
     prompts: list[str],
@@ -237,7 +239,6 @@ def profile_phases(
     """Milliseconds per rollout in each phase (exclusive of nested phases) for both paths."""
     repeats = max(3, args.repeats // 2)
     transformer = policy.pipe.transformer
-    assert algorithm.rollout is not None
     out: dict[str, dict[str, float]] = {}
 
     # Ours: encode -> velocity (CFG cat/combine) -> forward_model (ModelMixin.dtype lookup, casts,
@@ -250,13 +251,13 @@ def profile_phases(
         timer.wrap(policy, "forward_model", "forward_model")
         timer.wrap(transformer, "forward", "transformer")
         timer.wrap_property(type(transformer), "dtype", "dtype_lookup")
-        timer.wrap(algorithm.rollout.sde, "step", "sampler_step")
-        timer.wrap(algorithm.rollout.ode, "step", "sampler_step")
+        timer.wrap(rollout.sde, "step", "sampler_step")
+        timer.wrap(rollout.ode, "step", "sampler_step")
 
         def instrument(noise: RolloutNoise) -> None:
             timer.wrap(noise, "randn", "noise_draws")
 
-        run = ours_rollout(algorithm, policy, prompts, group_ids, args, device, instrument)
+        run = ours_rollout(rollout, policy, prompts, group_ids, args, device, instrument)
         total = _timed_total(run, repeats)
     s = {k: v / repeats * 1e3 for k, v in timer.seconds.items()}
     out["ours"] = {
@@ -308,7 +309,7 @@ def _timed_total(run: Callable[[int], torch.Tensor], repeats: int) -> float:
 
 # -- (b) training steps ------------------------------------------------------------------------
 def training_minibatch(
-    algorithm: FlowGRPO,
+    pair: tuple[FlowSDERollout, Any],
     policy: Any,
     prompts: list[str],
     group_ids: torch.Tensor,
@@ -318,12 +319,14 @@ def training_minibatch(
     """``--minibatch`` transitions of one rollout, shuffled as the updater does, with random
     advantages (zero advantages would make the policy-loss gradient vanish)."""
     noise = RolloutNoise(args.seed, 99_999, num_global=len(prompts), local=slice(0, len(prompts)))
+    sde_rollout, objective = pair
     policy.module.eval()
     with torch.no_grad(), autocast(device, args.dtype):
-        rollout = algorithm.collect(policy, prompts, group_ids, noise)
+        rollout = sde_rollout.collect(policy, prompts, group_ids, noise)
     generator = torch.Generator().manual_seed(args.seed)
     rollout.advantages = torch.randn(len(prompts), generator=generator).to(device)
-    units = algorithm.training_units(rollout, noise)
+    with torch.no_grad():
+        units = objective.units(policy, rollout, noise)
     order = noise.local_permutation(20_000, len(units))
     if args.minibatch > len(units):
         raise SystemExit(
@@ -333,7 +336,7 @@ def training_minibatch(
 
 
 def train_step(
-    algorithm: FlowGRPO,
+    objective: Any,
     policy: Any,
     optimizer: torch.optim.Optimizer,
     minibatch: Any,
@@ -343,7 +346,7 @@ def train_step(
     """One optimizer step as ``genrl.optimization.Updater`` takes it; returns the grad norm."""
     policy.module.train()
     with autocast(device, args.dtype):
-        loss, _ = algorithm.loss(policy, minibatch)
+        loss, _ = objective.loss(policy, minibatch)
         loss.backward()
     params = policy.trainable_parameters()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
@@ -356,7 +359,7 @@ def train_step(
 
 
 def measure_training(
-    setups: dict[str, tuple[FlowGRPO, Any, torch.optim.Optimizer]],
+    setups: dict[str, tuple[Any, Any, torch.optim.Optimizer]],
     minibatch: Any,
     args: argparse.Namespace,
     device: torch.device,
@@ -368,11 +371,11 @@ def measure_training(
     first_grad_norm: dict[str, float] = {}
     for r in range(1 + args.train_repeats):
         for name in names if r % 2 == 0 else names[::-1]:
-            algorithm, policy, optimizer = setups[name]
+            objective, policy, optimizer = setups[name]
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
-            grad_norm = train_step(algorithm, policy, optimizer, minibatch, args, device)
+            grad_norm = train_step(objective, policy, optimizer, minibatch, args, device)
             elapsed = time.perf_counter() - start
             if r == 0:
                 first_grad_norm[name] = grad_norm
@@ -419,12 +422,11 @@ def main(argv: list[str] | None = None) -> None:
     unique, prompts, group_ids = make_prompts(args.batch, args.group_size)
     group_ids = group_ids.to(device)
     config = build_config(args, len(unique))
-    algorithms = {
-        "plain": FlowGRPO(config.algorithm, config),
-        "ckpt": FlowGRPO(config.algorithm, config),
+    # Flow-GRPO's rollout and objective on each model's noise schedule.
+    pairs = {
+        "plain": FlowGRPO(config.algorithm, config).build(plain),
+        "ckpt": FlowGRPO(config.algorithm, config).build(ckpt),
     }
-    algorithms["plain"].setup(plain)
-    algorithms["ckpt"].setup(ckpt)
     transformer = plain.pipe.transformer
     num_params = sum(p.numel() for n, p in transformer.named_parameters() if "lora_" not in n)
     num_trainable = sum(p.numel() for p in plain.trainable_parameters())
@@ -432,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     # (a) rollouts: ours with log-probs vs the stock pipe call.
     methods = {
         "pipe": pipe_rollout(plain.pipe, unique, args, device),
-        "ours": ours_rollout(algorithms["plain"], plain, prompts, group_ids, args, device),
+        "ours": ours_rollout(pairs["plain"][0], plain, prompts, group_ids, args, device),
     }
     times = time_interleaved(methods, args.repeats, args.warmup)
     median = {name: statistics.median(values) for name, values in times.items()}
@@ -441,16 +443,14 @@ def main(argv: list[str] | None = None) -> None:
     meets = ratio <= TARGET_RATIO
     profile = None
     if args.profile or not meets:
-        profile = profile_phases(
-            algorithms["plain"], plain, unique, prompts, group_ids, args, device
-        )
+        profile = profile_phases(pairs["plain"][0], plain, unique, prompts, group_ids, args, device)
 
     # (b) training steps with and without gradient checkpointing, same minibatch and weights.
-    minibatch = training_minibatch(algorithms["plain"], plain, prompts, group_ids, args, device)
+    minibatch = training_minibatch(pairs["plain"], plain, prompts, group_ids, args, device)
     setups = {}
     for name, policy in (("plain", plain), ("ckpt", ckpt)):
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4, weight_decay=1e-4)
-        setups[name] = (algorithms[name], policy, optimizer)
+        setups[name] = (pairs[name][1], policy, optimizer)
     training = measure_training(setups, minibatch, args, device)
     train_ratio = training["ckpt"]["median_s"] / training["plain"]["median_s"]
 
@@ -528,7 +528,10 @@ def print_report(
     header = f"{'method':<32}  {'median ms':>10}  {'IQR ms':>8}  {'samples/s':>9}"
     print(header)
     print("-" * len(header))
-    labels = {"pipe": "pipe(..., output_type='latent')", "ours": "FlowGRPO.collect (log-probs)"}
+    labels = {
+        "pipe": "pipe(..., output_type='latent')",
+        "ours": "FlowSDERollout.collect (log-probs)",
+    }
     for name in ("pipe", "ours"):
         values = times[name]
         q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3

@@ -86,15 +86,15 @@ def greedy_solved(trainer: Any) -> float:
     to the recipe's own held-out metric (sampled pass@1); the trainer is left as it was."""
     import copy
 
-    config, algorithm = trainer.config, trainer.algorithm
+    config, rollout = trainer.config, trainer.rollout
     greedy = copy.deepcopy(config)
     greedy.generation.eval_temperature = 0.0
     greedy.eval.samples_per_prompt = 1
-    trainer.config, trainer.algorithm = greedy, type(algorithm)(greedy.algorithm, greedy)
+    trainer.config, trainer.rollout = greedy, type(rollout)(greedy)
     try:
         return float(trainer.evaluate().scores["sudoku/solved"])
     finally:
-        trainer.config, trainer.algorithm = config, algorithm
+        trainer.config, trainer.rollout = config, rollout
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ Measured, each under bf16 autocast as the trainer runs it:
 
 * sampling step: one ``policy.velocity`` call with CFG on a batch of ``--batch`` samples (one
   batched forward of ``2 * batch``), no grad;
-* rollout: ``FlowGRPO.collect`` of ``--batch`` samples over ``--steps`` SDE steps with log-probs;
-* training step: ``FlowGRPO.loss`` on ``--minibatch`` transitions of that rollout (CFG forward,
+* rollout: Flow-GRPO's ``FlowSDERollout.collect`` of ``--batch`` samples over ``--steps`` SDE steps with log-probs;
+* training step: Flow-GRPO's objective's ``loss`` on ``--minibatch`` transitions of that rollout (CFG forward,
   unconditional branch detached), backward, gradient clipping and an AdamW step; with gradient
   checkpointing off and on (toggled on the same model, interleaved);
 * peak memory (``torch.cuda.max_memory_allocated``) of each.
@@ -45,10 +45,10 @@ from typing import Any
 import torch
 from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 
-from genrl.algorithms.base import RolloutNoise
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.config import PolicyConfig, SamplerConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
+from genrl.rng import RolloutNoise
 
 # transformer/config.json of stabilityai/stable-diffusion-3.5-medium.
 SD35_MEDIUM = {
@@ -289,8 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     prompts, group_ids, num_prompts = make_prompts(args.batch, args.group_size)
     group_ids = group_ids.to(device)
     config = train_config(args, num_prompts)
-    algorithm = FlowGRPO(config.algorithm, config)
-    algorithm.setup(policy)
+    sde_rollout, objective = FlowGRPO(config.algorithm, config).build(policy)
     n = len(prompts)
 
     # Sampling step: one CFG velocity of the whole batch, as every rollout step calls it.
@@ -300,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         policy.null_condition(condition)  # encode the negative prompt once, as a rollout would
     x = torch.randn(n, *policy.latent_shape, generator=torch.Generator().manual_seed(args.seed))
     x = x.to(device)
-    sigma = algorithm.sampler.sigmas[args.steps // 2].expand(n).to(device)
+    sigma = sde_rollout.sampler.sigmas[args.steps // 2].expand(n).to(device)
 
     def sampling_step() -> torch.Tensor:
         with torch.no_grad(), autocast(device, args.dtype):
@@ -313,13 +312,14 @@ def main(argv: list[str] | None = None) -> None:
     def rollout_call(iteration: int) -> Any:
         noise = RolloutNoise(args.seed, iteration, num_global=n, local=slice(0, n))
         with torch.no_grad(), autocast(device, args.dtype):
-            return algorithm.collect(policy, prompts, group_ids, noise), noise
+            return sde_rollout.collect(policy, prompts, group_ids, noise), noise
 
     rollout_s, rollout_peak, (rollout, noise) = timed(device, lambda: rollout_call(0))
     finite_rollout = bool(torch.isfinite(rollout.latents).all())
     rollout.advantages = torch.randn(n, generator=torch.Generator().manual_seed(args.seed))
     rollout.advantages = rollout.advantages.to(device)
-    units = algorithm.training_units(rollout, noise)
+    with torch.no_grad():
+        units = objective.units(policy, rollout, noise)
     if args.minibatch > len(units):
         raise SystemExit(f"--minibatch {args.minibatch} > {len(units)} transitions in the rollout")
     order = noise.local_permutation(20_000, len(units))[: args.minibatch]
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     def train_step() -> None:
         policy.module.train()
         with autocast(device, args.dtype):
-            loss, _ = algorithm.loss(policy, minibatch)
+            loss, _ = objective.loss(policy, minibatch)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
         optimizer.step()

@@ -114,7 +114,7 @@ def tiny_sd3_costs(root: Path, iterations: int) -> dict[str, dict[str, float]]:
         AcceleratorState._reset_state(reset_partial_state=True)
         trainer = Trainer(config, run_dir=root / f"sd3-{method}")
         costs[method] = measure_trainer(trainer, iterations)
-        costs[method]["units"] = trainer.algorithm.num_units(16)
+        costs[method]["units"] = trainer.objective.num_units(16)
         print(
             f"tiny SD3 {method:<14} calls {costs[method]['velocity_calls']:>4.0f}  rows "
             f"{costs[method]['velocity_rows']:>5.0f}  rollout {costs[method]['rollout_s']:.2f} s  "

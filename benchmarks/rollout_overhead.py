@@ -2,7 +2,7 @@
 
 Both paths run the same embedded digits model, batch, prompts and sigma schedule in the same
 process. The SDE path is exactly what a training rollout calls,
-``FlowGRPO.collect(policy, prompts, group_ids, RolloutNoise(...))``: prompt encoding, per-step noise
+``FlowSDERollout.collect(policy, prompts, group_ids, RolloutNoise(...))`` (Flow-GRPO's rollout): prompt encoding, per-step noise
 drawn for the global batch, the SDE step with its Gaussian log-prob, and stacking latents and
 log-probs. The ODE baseline is the bare Euler loop ``x = x + (s_next - s) * v`` with prompts
 encoded once. The two are interleaved across repeats (alternating which goes first) and compared
@@ -32,9 +32,10 @@ import torch
 from timing import time_interleaved  # benchmarks/timing.py
 
 import genrl
-from genrl.algorithms.base import RolloutNoise
 from genrl.algorithms.flow_grpo import FlowGRPO
 from genrl.groups import expand_groups
+from genrl.rng import RolloutNoise
+from genrl.rollouts.flow_sde import FlowSDERollout
 from pipelines.toy.policy import ToyDigitsPolicy
 from pipelines.toy.prompts import TEMPLATES, prompt_for
 
@@ -84,7 +85,7 @@ def make_prompts(batch_size: int, group_size: int) -> tuple[list[str], torch.Ten
 
 
 def sde_rollout(
-    algorithm: FlowGRPO,
+    rollout: FlowSDERollout,
     policy: ToyDigitsPolicy,
     prompts: list[str],
     group_ids: torch.Tensor,
@@ -95,7 +96,7 @@ def sde_rollout(
 
     def run(iteration: int) -> torch.Tensor:
         noise = RolloutNoise(seed, iteration, num_global=batch, local=slice(0, batch))
-        trajectory = algorithm.collect(policy, prompts, group_ids, noise)
+        trajectory = rollout.collect(policy, prompts, group_ids, noise)
         return trajectory.final
 
     return run
@@ -140,14 +141,13 @@ def measure(
     policy: ToyDigitsPolicy,
     config: genrl.TrainConfig,
 ) -> dict[str, float | int]:
-    algorithm = FlowGRPO(config.algorithm, config)
-    algorithm.setup(policy)  # samplers on the policy's noise schedule
+    rollout, _ = FlowGRPO(config.algorithm, config).build(policy)  # on the policy's schedule
     prompts, group_ids = make_prompts(batch_size, config.train.group_size)
     methods = {
         "ode": ode_rollout(
-            policy, prompts, algorithm.sampler.sigmas, algorithm.guidance_scale, args.seed
+            policy, prompts, rollout.sampler.sigmas, rollout.guidance_scale, args.seed
         ),
-        "sde": sde_rollout(algorithm, policy, prompts, group_ids, args.seed),
+        "sde": sde_rollout(rollout, policy, prompts, group_ids, args.seed),
     }
     times = time_interleaved(methods, args.repeats, args.warmup)
     result: dict[str, float | int] = {"batch_size": batch_size}

@@ -43,7 +43,7 @@ MANIFEST = "manifest.json"
 FORMAT = "genrl-checkpoint/1"
 REQUIRED = ("trainable.safetensors", "optimizer.pt", "state.pt")
 # What state.pt must hold to be one of ours (Trainer.state() plus the counters added at save).
-STATE_KEYS = ("iteration", "optimizer_steps", "algorithm", "reward")
+STATE_KEYS = ("iteration", "optimizer_steps", "rollout", "objective", "reward")
 
 
 class CheckpointError(FileNotFoundError):
@@ -332,6 +332,11 @@ def load_checkpoint(path: Path, verified: bool = False) -> dict[str, Any]:
         out["ema"] = _load(path, "ema.safetensors")
     state = out["state"]
     missing = [k for k in STATE_KEYS if k not in state] if isinstance(state, dict) else STATE_KEYS
+    if missing and isinstance(state, dict) and "algorithm" in state:
+        raise CorruptCheckpointError(
+            f"checkpoint {path} was written before rollouts and objectives were split (its "
+            "state has one 'algorithm' entry); resume it with the genrl version that wrote it"
+        )
     if missing:
         raise CorruptCheckpointError(
             f"checkpoint {path}: state.pt is not a genrl checkpoint state (no {missing[0]!r})"

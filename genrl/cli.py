@@ -258,7 +258,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
-    from genrl.evaluation import fixed_seed_batch, sample_ode
     from genrl.plots import save_sample_grid
 
     if args.num_per_prompt < 1:
@@ -270,23 +269,19 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "held-out completions (a training run writes them to samples_after.md)"
         )
     prompts = args.prompt or trainer.prompts.eval
-    policy, cfg = trainer.policy, trainer.config
-    order, noise = fixed_seed_batch(prompts, args.num_per_prompt, policy.latent_shape, args.seed)
-    n = len(order)
+    policy, per_prompt = trainer.policy, args.num_per_prompt
+    # The held-out sampler of `genrl eval` (the rollout's), with this command's seed.
+    outputs = trainer.rollout.evaluation_outputs(policy, prompts, per_prompt, args.seed)
+    n = len(prompts) * per_prompt
+    order = [prompts[i % len(prompts)] for i in range(n)]
     # Sample with the weights `genrl eval` scores: the EMA when the run keeps one.
     ema = trainer.ema.swapped_in() if trainer.ema is not None else contextlib.nullcontext()
-    size, chunks = cfg.eval.batch_size, []
-    with ema:
+    size, chunks = trainer.config.eval.batch_size, []
+    policy.module.eval()
+    with ema, torch.no_grad():
         for start in range(0, n, size):  # eval.batch_size samples at a time (memory)
-            latents = sample_ode(
-                policy,
-                order[start : start + size],
-                noise[start : start + size],
-                cfg.eval.num_steps,
-                cfg.sampler.shift,
-                cfg.sampler.guidance_scale,
-            )
-            chunks.append(policy.decode(latents))
+            chunk = order[start : start + size]
+            chunks.append(outputs(chunk, slice(start, start + len(chunk))))
     images = torch.cat(chunks)
     scores = trainer.reward(images, order).scores[trainer.reward.name]
     save_sample_grid(

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from genrl.advantages import decoupled_group_rewards
-from genrl.algorithms.base import RolloutNoise
 from genrl.allocation import collect_varied_groups
 from genrl.config import TrainConfig
 from genrl.groups import expand_groups, gather, gather_scores
+from genrl.rng import RolloutNoise
 
 
 @dataclass
@@ -54,7 +54,8 @@ class BatchCollector:
     Args:
         config: the run's configuration.
         accelerator: the run's ``accelerate.Accelerator``.
-        policy, algorithm, reward: the run's components.
+        policy, rollout, objective, reward: the run's components (the rollout samples in
+            phase 2, the objective turns rewards into advantages in phase 4).
         prompts: the run's ``PromptSource``.
         local: this process's slice of the global batch.
     """
@@ -64,7 +65,8 @@ class BatchCollector:
         config: TrainConfig,
         accelerator: Any,
         policy: Any,
-        algorithm: Any,
+        rollout: Any,
+        objective: Any,
         reward: Any,
         prompts: Any,
         local: slice,
@@ -72,7 +74,8 @@ class BatchCollector:
         self.config = config
         self.accelerator = accelerator
         self.policy = policy
-        self.algorithm = algorithm
+        self.rollout = rollout
+        self.objective = objective
         self.reward = reward
         self.prompts = prompts
         self.local = local
@@ -87,7 +90,7 @@ class BatchCollector:
         """Sample and score the groups the offline store still lacks (none without a store)."""
         if self.offline is None:
             return 0
-        return self.offline.fill(self.policy, self.algorithm, self.reward, self.prompts, self.local)
+        return self.offline.fill(self.policy, self.rollout, self.reward, self.prompts, self.local)
 
     def collect(self, iteration: int) -> CollectedBatch:
         """The iteration's batch; with ``train.dynamic_sampling``, refill rounds until enough
@@ -153,14 +156,14 @@ class BatchCollector:
         # 2. Rollout (no gradients).
         self.policy.module.eval()
         with torch.no_grad(), acc.autocast():
-            rollout = self.algorithm.collect(
+            rollout = self.rollout.collect(
                 self.policy, local_prompts, global_group_ids[self.local], noise
             )
         t_rollout = time.perf_counter()
 
         # 3. Rewards, gathered so that every group is whole.
-        outputs = self.algorithm.final_outputs(self.policy, rollout)
-        metadata = self.algorithm.reward_metadata(rollout)
+        outputs = self.rollout.outputs(self.policy, rollout)
+        metadata = self.rollout.reward_metadata(rollout)
         scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
         # Stateful rewards (an adversarial head) learn from the samples they just scored.
         reward_metrics = self.reward.update(
@@ -169,7 +172,7 @@ class BatchCollector:
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
-        inputs = {k: gather(v, acc) for k, v in self.algorithm.advantage_inputs(rollout).items()}
+        inputs = {k: gather(v, acc) for k, v in self.objective.advantage_inputs(rollout).items()}
         advantages = self.advantages(rollout, scores, global_prompts, global_group_ids, inputs)
         if round_index:
             global_group_ids = global_group_ids + round_index * per_round
@@ -193,12 +196,12 @@ class BatchCollector:
         inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Phase 4: the training reward (weighted sum, or GDPO's normalise-then-sum) and the
-        algorithm's advantages of the gathered batch; this process's slice goes to ``rollout``."""
+        objective's advantages of the gathered batch; this process's slice goes to ``rollout``."""
         rewards = scores[self.reward.name]
         if self.config.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
             rewards = decoupled_group_rewards(scores, weights, global_group_ids)
-        advantages = self.algorithm.advantages(
+        advantages = self.objective.advantages(
             rewards, global_prompts, global_group_ids, **(inputs or {})
         )
         rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
@@ -217,7 +220,7 @@ class BatchCollector:
         )
         with torch.no_grad(), self.accelerator.autocast():
             condition = self.policy.encode_prompts(local_prompts)
-        rollout = self.algorithm.rollout_from_samples(
+        rollout = self.rollout.from_samples(
             local_prompts,
             global_group_ids[self.local].to(self.policy.device),
             condition,

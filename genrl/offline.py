@@ -2,7 +2,7 @@
 
 With ``train.offline_store=DIR`` the trainer first makes sure the store holds
 ``train.offline_groups`` groups: missing ones are sampled by the *reference* policy with the
-algorithm's own sampler, scored by the run's rewards and appended, ``prompts_per_iteration``
+rollout's own sampler, scored by the run's rewards and appended, ``prompts_per_iteration``
 groups per append (so an interrupted fill resumes where it stopped, losing nothing and writing
 nothing twice). Each iteration then reads ``prompts_per_iteration`` groups in shuffled passes
 over the store (an epoch is one pass), with the rewards recorded at fill time: no sampling, no
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from genrl.algorithms.base import RolloutNoise
 from genrl.groups import expand_groups, gather
+from genrl.rng import RolloutNoise
 from genrl.rollout_store import GroupRecord, RolloutStore
 
 # Fill batches draw noise from their own seed space, apart from training iterations'.
@@ -71,7 +71,7 @@ class OfflineSource:
         per = t.prompts_per_iteration
         return -(-t.offline_groups // per) * per
 
-    def fill(self, policy: Any, algorithm: Any, reward: Any, prompts: Any, local: slice) -> int:
+    def fill(self, policy: Any, rollout: Any, reward: Any, prompts: Any, local: slice) -> int:
         """Sample, score and append the missing groups; returns how many were added."""
         cfg, acc = self.config, self.accelerator
         per, size = cfg.train.prompts_per_iteration, cfg.train.group_size
@@ -94,10 +94,10 @@ class OfflineSource:
             )
             policy.module.eval()
             with torch.no_grad(), acc.autocast(), policy.reference():
-                rollout = algorithm.collect(policy, global_prompts[local], global_ids[local], noise)
-            outputs = algorithm.final_outputs(policy, rollout)
-            scores = reward(outputs, global_prompts[local], algorithm.reward_metadata(rollout))
-            samples = gather(rollout.final.float(), acc).cpu()
+                sampled = rollout.collect(policy, global_prompts[local], global_ids[local], noise)
+            outputs = rollout.outputs(policy, sampled)
+            scores = reward(outputs, global_prompts[local], rollout.reward_metadata(sampled))
+            samples = gather(sampled.final.float(), acc).cpu()
             gathered = {k: gather(v, acc).cpu() for k, v in scores.scores.items()}
             if acc.is_main_process:
                 self.store.append(

@@ -1,5 +1,5 @@
 """Phase 5 of the loop: minibatches, gradient accumulation, clipping, LR schedule, optimizer and
-EMA steps. Knows no algorithm: it asks ``algorithm.loss`` for each minibatch."""
+EMA steps. Knows no algorithm: it asks ``objective.loss`` for each minibatch."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 
 import torch
 
-from genrl.algorithms.base import RolloutNoise, StepContext
 from genrl.config import TrainConfig
 from genrl.ema import EMA
 from genrl.metrics import MeanAccumulator
+from genrl.objectives.base import StepContext
+from genrl.rng import RolloutNoise
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -64,7 +65,7 @@ class Updater:
             return o.lr * (1 - progress)
         return o.lr
 
-    def update(self, algorithm: Any, units: Any, noise: RolloutNoise) -> dict[str, float]:
+    def update(self, objective: Any, units: Any, noise: RolloutNoise) -> dict[str, float]:
         """``inner_epochs`` passes over ``units`` in shuffled minibatches; returns mean metrics."""
         t, acc = self.config.train, self.accelerator
         accumulate = t.gradient_accumulation_steps
@@ -73,7 +74,7 @@ class Updater:
         for epoch in range(t.inner_epochs):
             order = noise.local_permutation(20_000 + epoch, len(units))
             chunks = self._minibatches(order)
-            tokens = self._tokens_per_minibatch(algorithm, units, chunks)
+            tokens = self._tokens_per_minibatch(objective, units, chunks)
             for k, index in enumerate(chunks):
                 # The last accumulation window of an epoch may be shorter: divide by its size.
                 window_start = (k // accumulate) * accumulate
@@ -82,7 +83,7 @@ class Updater:
                 sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
                 step = StepContext(window, tokens[k // accumulate] if tokens else None)
                 with sync, acc.autocast():
-                    loss, metrics = algorithm.loss(self.policy, units.select(index), step)
+                    loss, metrics = objective.loss(self.policy, units.select(index), step)
                     if not torch.isfinite(loss):
                         terms = ", ".join(f"{k2}={v:.4g}" for k2, v in metrics.items())
                         raise NonFiniteLossError(
@@ -108,7 +109,7 @@ class Updater:
         return out
 
     def _minibatches(self, order: torch.Tensor) -> list[torch.Tensor]:
-        """``minibatch_size`` units at a time; an algorithm that trains fewer units than planned
+        """``minibatch_size`` units at a time; an objective that trains fewer units than planned
         (Flow-GRPO leaving zero-advantage trajectories out) still gets the planned number of
         minibatches, smaller ones, so that every process takes the same optimizer steps."""
         size = self.config.train.minibatch_size
@@ -117,15 +118,15 @@ class Updater:
         return list(order.tensor_split(self.planned_minibatches))
 
     def _tokens_per_minibatch(
-        self, algorithm: Any, units: Any, chunks: list[torch.Tensor]
+        self, objective: Any, units: Any, chunks: list[torch.Tensor]
     ) -> list[float]:
         """Per accumulation window, the mean number of loss tokens per minibatch over the window
-        and all processes (DAPO's token mean divides by it); empty when the algorithm does not
+        and all processes (DAPO's token mean divides by it); empty when the objective does not
         count tokens. One all-reduce per epoch."""
         accumulate = self.config.train.gradient_accumulation_steps
         windows = [chunks[i : i + accumulate] for i in range(0, len(chunks), accumulate)]
         counts = [
-            [algorithm.loss_tokens(units.select(index)) for index in window] for window in windows
+            [objective.loss_tokens(units.select(index)) for index in window] for window in windows
         ]
         if not counts or counts[0][0] is None:
             return []

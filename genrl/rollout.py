@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import torch
 
+from samplers.tree import TreeRollout
+
 B = TypeVar("B", bound="Batch")
 
 
@@ -125,6 +127,34 @@ class FlowTrajectory(Batch):
     def final(self) -> torch.Tensor:
         """``[N, *event]`` clean samples."""
         return self.latents[:, -1]
+
+
+@dataclass
+class TreeTrajectories(Batch):
+    """The leaves of this process's trees (per-sample fields) and the trees themselves
+    (BranchGRPO's rollout).
+
+    Attributes:
+        prompts: ``N = R * L`` prompts, tree-major.
+        group_ids: ``[N]``.
+        leaves: ``[N, *event]`` final latents.
+        condition: the ``R`` trees' prompt encodings (``[R, ...]`` tensors).
+        tree: the tree rollout (states, edges, log-probs per step).
+        advantages: ``[N, T]``: entry ``(l, t)`` is the advantage of the edge of step ``t`` on
+            the path to leaf ``l`` (filled by the trainer).
+    """
+
+    prompts: list[str]
+    group_ids: torch.Tensor
+    leaves: torch.Tensor
+    condition: dict[str, torch.Tensor]
+    tree: TreeRollout
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    @property
+    def final(self) -> torch.Tensor:
+        """``[N, *event]`` the leaves (the clean samples)."""
+        return self.leaves
 
 
 class SharedRows:
@@ -323,58 +353,40 @@ class MaskedUnits(Batch):
 
 
 @dataclass
-class MaskedRollout(Batch):
-    """Completions of a masked-diffusion LM with their ``V`` scored views per sample.
+class MaskedSamples(Batch):
+    """Completions of a masked-diffusion LM, as sampled (the objective chooses the views).
 
     Attributes:
-        prompts, completions: ``N`` strings.
+        prompts, completions: ``N`` strings (completions cut after the end token).
         group_ids: ``[N]``.
-        inputs: ``[N, V, P + L]`` the views' corrupted inputs.
-        attention_mask: ``[N, P + L]``.
-        targets: ``[N, L]`` sampled completion ids.
-        counted: ``[N, V, L]`` bool.
-        old_log_probs, ref_log_probs: ``[N, V, L]`` (``[N, V, 0]`` when not recorded: old
-            log-probs on a one-step iteration, reference log-probs without KL).
+        prompt_ids: ``[N, P]`` prompts left-padded to ``P`` tokens.
+        prompt_mask: ``[N, P]`` 1 on real prompt tokens.
+        tokens: ``[N, L]`` sampled completion ids.
+        valid: ``[N, L]`` bool, positions up to and including the first end token.
+        reveal_step: ``[N, L]`` long, the sampling step that revealed each token.
         advantages: ``[N]``.
     """
 
     prompts: list[str]
     completions: list[str]
     group_ids: torch.Tensor
-    inputs: torch.Tensor
-    attention_mask: torch.Tensor
-    targets: torch.Tensor
-    counted: torch.Tensor
-    old_log_probs: torch.Tensor
-    ref_log_probs: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    tokens: torch.Tensor
+    valid: torch.Tensor
+    reveal_step: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
 
     @classmethod
-    def concatenate(cls, batches: list[MaskedRollout]) -> MaskedRollout:  # type: ignore[override]
-        """Concatenate after left-padding every batch's prompts to the longest (attention 0)."""
-        prompt = max(b.attention_mask.shape[1] - b.targets.shape[1] for b in batches)
-        aligned = []
-        for b in batches:
-            before = prompt - (b.attention_mask.shape[1] - b.targets.shape[1])
-            aligned.append(
-                dataclasses.replace(
-                    b,
-                    inputs=_pad_columns(b.inputs, 2, before, 0),
-                    attention_mask=_pad_columns(b.attention_mask, 1, before, 0),
-                )
+    def concatenate(cls, batches: list[MaskedSamples]) -> MaskedSamples:  # type: ignore[override]
+        """Concatenate after left-padding every batch's prompts to the longest (mask 0)."""
+        prompt = max(b.prompt_ids.shape[1] for b in batches)
+        aligned = [
+            dataclasses.replace(
+                b,
+                prompt_ids=_pad_columns(b.prompt_ids, 1, prompt - b.prompt_ids.shape[1], 0),
+                prompt_mask=_pad_columns(b.prompt_mask, 1, prompt - b.prompt_ids.shape[1], 0),
             )
+            for b in batches
+        ]
         return super().concatenate(aligned)
-
-    def units(self) -> MaskedUnits:
-        """Flatten to ``N * V`` units (view-major within each sample)."""
-        n, v = self.inputs.shape[:2]
-        rows = torch.arange(n, device=self.inputs.device).repeat_interleave(v)
-        return MaskedUnits(
-            inputs=self.inputs.reshape(n * v, -1),
-            attention_mask=self.attention_mask[rows],
-            targets=self.targets[rows],
-            counted=self.counted.reshape(n * v, -1),
-            old_log_probs=self.old_log_probs.reshape(n * v, -1),
-            ref_log_probs=self.ref_log_probs.reshape(n * v, self.ref_log_probs.shape[-1]),
-            advantages=self.advantages[rows],
-        )

@@ -81,8 +81,9 @@ class Trainer:
             torch.manual_seed(config.seed)
             self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
         self.reward = build_reward_from(config, self.accelerator.device)
+        # The algorithm pairs a rollout (phase 2) with an objective (phases 4 and 5).
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
-        self.algorithm.setup(self.policy)
+        self.rollout, self.objective = self.algorithm.build(self.policy)
 
         t = config.train
         self.num_global = t.prompts_per_iteration * t.group_size
@@ -93,12 +94,13 @@ class Trainer:
             config,
             self.accelerator,
             self.policy,
-            self.algorithm,
+            self.rollout,
+            self.objective,
             self.reward,
             self.prompts,
             self.local,
         )
-        units = self.algorithm.num_units(self.local.stop - self.local.start)
+        units = self.objective.num_units(self.local.stop - self.local.start)
         self.updater = Updater(config, self.policy, self.accelerator, units)
 
         self.iteration = 0
@@ -132,11 +134,14 @@ class Trainer:
         t_start = time.perf_counter()
         batch = self.collect()
 
-        # 5. Update.
+        # 5. Update: training units (with any scoring they compare against, before the first
+        # update and with the rollout's numerics), then the optimizer steps.
         t_update = time.perf_counter()
+        self.policy.module.eval()
+        with torch.no_grad(), self.accelerator.autocast():
+            units = self.objective.units(self.policy, batch.rollout, batch.noise)
         self.policy.module.train()
-        units = self.algorithm.training_units(batch.rollout, batch.noise)
-        update_metrics = self.updater.update(self.algorithm, units, batch.noise)
+        update_metrics = self.updater.update(self.objective, units, batch.noise)
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
@@ -166,21 +171,16 @@ class Trainer:
         self.policy.module.eval()
         context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
         prompts, per_prompt = self.prompts.eval, cfg.eval.samples_per_prompt
-        outputs_fn = self.algorithm.evaluation_outputs(
+        outputs_fn = self.rollout.evaluation_outputs(
             self.policy, prompts, per_prompt, cfg.eval.seed
         )
         with context:
             return evaluate(
-                self.policy,
                 self.reward,
                 prompts,
                 samples_per_prompt=per_prompt,
-                seed=cfg.eval.seed,
-                num_steps=cfg.eval.num_steps,
-                shift=cfg.sampler.shift,
-                guidance_scale=cfg.sampler.guidance_scale,
-                batch_size=cfg.eval.batch_size,
                 outputs_fn=outputs_fn,
+                batch_size=cfg.eval.batch_size,
                 accelerator=self.accelerator,
             )
 
@@ -199,7 +199,8 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {
             "optimizer_steps": self.optimizer_steps,
-            "algorithm": self.algorithm.state_dict(),
+            "rollout": self.rollout.state_dict(),
+            "objective": self.objective.state_dict(),
             "reward": self.reward.state_dict(),
             "eval_history": self.eval_history,
             "wall_seconds": self.wall_seconds_before,
@@ -235,7 +236,8 @@ class Trainer:
         state = data["state"]
         self.iteration = int(state["iteration"])
         self.updater.steps = int(state["optimizer_steps"])
-        self.algorithm.load_state_dict(state["algorithm"])
+        self.rollout.load_state_dict(state["rollout"])
+        self.objective.load_state_dict(state["objective"])
         self.reward.load_state_dict(state["reward"])
         self.eval_history = dict(state.get("eval_history", {}))
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))

@@ -4,7 +4,7 @@ A bidirectional transformer that predicts masked tokens: transformers ``AutoMode
 checkpoints natively (ModernBERT, BERT, the embedded Sudoku model), custom ones such as LLaDA
 through ``trust_remote_code`` when the user turns it on. Completions have a fixed length and are
 revealed by ``samplers/masked.py``; likelihoods come from the pluggable estimators of
-``genrl/dllm_estimators.py``, which call ``token_log_probs`` on partially masked inputs.
+``genrl/objectives/dllm_estimators.py``, which call ``token_log_probs`` on partially masked inputs.
 
 Layout of a batch: prompts left-padded to ``P`` tokens, then ``L`` completion tokens.
 """

@@ -9,7 +9,7 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.algorithms.tree_pruning import kept_edges, num_kept_edges, pruned_depths
+from genrl.objectives.tree_pruning import kept_edges, num_kept_edges, pruned_depths
 from genrl.overrides import ConfigError
 from genrl.tree_advantages import depthwise_advantages, edge_advantages_per_leaf, node_values
 from samplers.tree import TreeSchedule
@@ -47,9 +47,9 @@ def test_two_branch_grpo_steps_train(tmp_path: Path, variant: tuple[str, ...]) -
     trainer = Trainer(tiny_config(tmp_path, *TREE, *variant), run_dir=tmp_path / "run")
     before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
     # The planned count (schedule, depth and width pruning) is what training units hold.
-    assert len(units) == trainer.algorithm.num_units(len(batch.rollout))
+    assert len(units) == trainer.objective.num_units(len(batch.rollout))
     first = trainer.train_iteration()
     assert first["loss/first_minibatch_ratio_deviation"] == 0.0
     trainer.train_iteration()
@@ -60,12 +60,12 @@ def test_two_branch_grpo_steps_train(tmp_path: Path, variant: tuple[str, ...]) -
 def test_units_by_hand(tmp_path: Path) -> None:
     """4 trees x 4 leaves, splits at steps 0 and 1 of 4: edges per tree 2 + 4 + 4 + 4."""
     trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "a")
-    assert trainer.algorithm.num_units(16) == 4 * 14
+    assert trainer.objective.num_units(16) == 4 * 14
     pruned = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=sibling_top",
                          "algorithm.train_steps=[1, 3]", "algorithm.ode_steps=[3]")  # fmt: skip
-    algorithm = Trainer(pruned, run_dir=tmp_path / "b").algorithm
+    objective = Trainer(pruned, run_dir=tmp_path / "b").objective
     # Step 1 splits (keep 1 of each 2 siblings: 2 of 4 edges); step 3 is an ODE step.
-    assert algorithm.num_units(16) == 4 * 2
+    assert objective.num_units(16) == 4 * 2
 
 
 def test_sibling_top_keeps_the_largest_advantages_among_siblings() -> None:
@@ -157,8 +157,8 @@ def test_best_worst_pruning_trains_the_extreme_paths(tmp_path: Path) -> None:
     config = tiny_config(tmp_path, *TREE, "algorithm.width_pruning=best_worst_paths")
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
-    assert len(units) == trainer.algorithm.num_units(16) == 4 * 4 * 2  # 4 trees, 4 steps, 2 paths
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    assert len(units) == trainer.objective.num_units(16) == 4 * 4 * 2  # 4 trees, 4 steps, 2 paths
     tree = batch.rollout.tree
     leaf = batch.rollout.advantages[:, -1].view(4, 4)  # the leaves' own edges
     best = int(leaf[0].argmax())
@@ -200,15 +200,15 @@ def test_a_tree_without_splits_is_the_flow_grpo_rollout(
 def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
     """Tree 3 of 4 collected with all four trees (one process) or as part of the second half
     (the second of two processes): same leaves and log-probs."""
-    from genrl.algorithms.base import RolloutNoise
     from genrl.groups import expand_groups
+    from genrl.rng import RolloutNoise
 
     trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "run")
     prompts, group_ids = expand_groups(trainer.prompts.sample(4, 0, 0), 4)
 
     def collect(local: slice):  # type: ignore[no-untyped-def]
         noise = RolloutNoise(0, 0, 16, local)
-        return trainer.algorithm.collect(trainer.policy, prompts[local], group_ids[local], noise)
+        return trainer.rollout.collect(trainer.policy, prompts[local], group_ids[local], noise)
 
     whole, half = collect(slice(0, 16)), collect(slice(8, 16))
     # Equal up to float rounding of different batch sizes (a different noise would differ by O(1)).
@@ -222,33 +222,36 @@ def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
 def test_sliding_depth_pruning_window_by_hand(tmp_path: Path) -> None:
     """Depths as the reference counts them (the edges of step t enter depth t + 1): prune depth
     4, slide one depth shallower every iteration, never shallower than depth 2."""
-    from genrl.algorithms.base import RolloutNoise
+    from genrl.rng import RolloutNoise
 
     config = tiny_config(
         tmp_path, *TREE, "algorithm.depth_pruning=[4]", "algorithm.depth_pruning_slide_every=1",
         "algorithm.depth_pruning_stop=2",
     )  # fmt: skip
     assert [pruned_depths([4], 1, 2, i) for i in range(4)] == [[4], [3], [2], [2]]
-    assert config.algorithm.trained_steps(4, iteration=1) == [0, 1, 3]
+    c = config.algorithm
+    assert c.trained_steps(4, c.split_steps, c.ode_steps, iteration=1) == [0, 1, 3]
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
     for iteration, expected in ((0, {0, 1, 2}), (2, {0, 2, 3})):
         noise = RolloutNoise(0, iteration, 16, slice(0, 16))
-        units = trainer.algorithm.training_units(batch.rollout, noise)
+        units = trainer.objective.units(trainer.policy, batch.rollout, noise)
         assert set(units.timestep_index.tolist()) == expected
     # Without sliding the window stays; by default it stops at the last split step's depth.
     static = tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[3, 4]").algorithm
-    assert static.trained_steps(4, iteration=50) == [0, 1]
+    assert static.trained_steps(4, static.split_steps, [], iteration=50) == [0, 1]
     slid = tiny_config(
         tmp_path, *TREE, "algorithm.depth_pruning=[3, 4]", "algorithm.depth_pruning_slide_every=1"
     )
-    assert slid.algorithm.trained_steps(4, iteration=50) == [2, 3]  # depths 1, 2 pruned
+    c = slid.algorithm
+    assert c.trained_steps(4, c.split_steps, [], iteration=50) == [2, 3]  # depths 1, 2 pruned
     # The reference's --pruning_step_ratio: prune during the first half of 4 iterations only.
     late = tiny_config(
         tmp_path, *TREE, "algorithm.depth_pruning=[4]", "algorithm.pruning_fraction=0.5"
     )
-    assert late.algorithm.trained_steps(4, iteration=2, iterations=4) == [0, 1, 2]
-    assert late.algorithm.trained_steps(4, iteration=3, iterations=4) == [0, 1, 2, 3]
+    c = late.algorithm
+    assert c.trained_steps(4, c.split_steps, [], iteration=2, iterations=4) == [0, 1, 2]
+    assert c.trained_steps(4, c.split_steps, [], iteration=3, iterations=4) == [0, 1, 2, 3]
     with pytest.raises(ConfigError, match="child depths"):
         tiny_config(tmp_path, *TREE, "algorithm.depth_pruning=[0]").validate()
 
@@ -259,7 +262,7 @@ def test_noise_at_float_level_gives_zero_advantages(tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "run")
     tree = torch.tensor([0.5, 0.5 + 1.2e-7, 0.5 - 0.6e-7, 0.5 + 0.6e-7])
     rewards = torch.cat([tree, torch.tensor([0.1, 0.9, 0.4, 0.6])])
-    advantages = trainer.algorithm.advantages(rewards, [""] * 8, torch.tensor([0] * 4 + [1] * 4))
+    advantages = trainer.objective.advantages(rewards, [""] * 8, torch.tensor([0] * 4 + [1] * 4))
     assert advantages.shape == (8, 4)
     assert float(advantages[:4].abs().max()) == 0.0
     # The second tree: step 0's two edges own leaves (0.1, 0.9) and (0.4, 0.6): equal means,
@@ -276,7 +279,7 @@ def test_probability_fusion_reads_the_trees_edge_log_probs(tmp_path: Path) -> No
     config = tiny_config(tmp_path, *TREE, "algorithm.fusion=probability")
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
-    tree, schedule = batch.rollout.tree, trainer.algorithm.schedule
+    tree, schedule = batch.rollout.tree, trainer.rollout.schedule
     factors = [schedule.factor(t) for t in range(4)]
     log_probs = [lp.view(4, -1) for lp in tree.log_probs]
     rewards = batch.scores[trainer.reward.name]

@@ -265,7 +265,7 @@ def test_one_step_iterations_skip_the_old_log_prob_forward(
     """With one pass and every minibatch in one optimizer step the loss sees the parameters that
     sampled, so the old log-probs are training's own, detached (TRL skips them likewise): one
     scoring forward fewer per rollout, and the same update as with the recorded ones."""
-    import genrl.algorithms.grpo as grpo_module
+    import genrl.objectives.tokens as tokens_module
     from genrl import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
@@ -274,7 +274,7 @@ def test_one_step_iterations_skip_the_old_log_prob_forward(
         config = lm_config(tmp_path, lm_dir)
         config.train.minibatch_size, config.train.gradient_accumulation_steps = 4, 2  # 8 samples
         config.output_dir = str(tmp_path / f"skip-{skip}")
-        monkeypatch.setattr(grpo_module, "updates_once", lambda *_, s=skip: s)
+        monkeypatch.setattr(tokens_module, "updates_once", lambda *_, s=skip: s)
         trainer = Trainer(config)
         calls = {"n": 0}
         score = trainer.policy.token_log_probs
@@ -285,19 +285,17 @@ def test_one_step_iterations_skip_the_old_log_prob_forward(
 
         trainer.policy.token_log_probs = counted  # type: ignore[method-assign]
         batch = trainer.collect()
-        assert batch.rollout.old_log_probs.shape[1] == (0 if skip else 8)
-        collected = calls["n"]
-        metrics = trainer.updater.update(
-            trainer.algorithm,
-            trainer.algorithm.training_units(batch.rollout, batch.noise),
-            batch.noise,
-        )
-        results[skip] = (collected, metrics["grad_norm"], trainer.optimizer_steps)
+        assert calls["n"] == 0  # the rollout samples; scoring is the objective's
+        units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+        assert units.old_log_probs.shape[1] == (0 if skip else 8)
+        scored = calls["n"]
+        metrics = trainer.updater.update(trainer.objective, units, batch.noise)
+        results[skip] = (scored, metrics["grad_norm"], trainer.optimizer_steps)
     assert results[True][0] == 0 and results[False][0] >= 1
     assert results[True][2] == results[False][2] == 1
     assert results[True][1] == pytest.approx(results[False][1], rel=1e-5)
     # The rule itself: one pass, all minibatches in one step.
-    from genrl.algorithms.base import updates_once
+    from genrl.objectives.base import updates_once
 
     config = lm_config(tmp_path, lm_dir)
     assert not updates_once(config, 8)  # 2 minibatches of 4, one per step

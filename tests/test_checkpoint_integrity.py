@@ -40,7 +40,7 @@ def _save(run_dir: Path, iteration: int, **extra: Any) -> Path:
             "state": {0: {"exp_avg": torch.randn(64, 32, generator=generator)}},
             "param_groups": [{"lr": 1e-3, "params": [0]}],
         },
-        state={"optimizer_steps": iteration, "algorithm": {}, "reward": {}, **extra},
+        state={"optimizer_steps": iteration, "rollout": {}, "objective": {}, "reward": {}, **extra},
         ema={k: v.clone() for k, v in weights.items()},
         keep=5,
     )
@@ -166,6 +166,15 @@ def test_state_that_is_not_ours_is_named(tmp_path: Path) -> None:
     torch.save({"weights": torch.zeros(2)}, path / "state.pt")
     (path / "manifest.json").unlink()
     with pytest.raises(CorruptCheckpointError, match=r"state\.pt is not a genrl checkpoint state"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_of_the_one_algorithm_state_layout_says_so(tmp_path: Path) -> None:
+    path = _save(tmp_path / "run", 1)
+    old = {"iteration": 1, "optimizer_steps": 1, "algorithm": {}, "reward": {}}
+    torch.save(old, path / "state.pt")
+    (path / "manifest.json").unlink()
+    with pytest.raises(CorruptCheckpointError, match="before rollouts and objectives were split"):
         load_checkpoint(path)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from genrl.allocation import DynamicSamplingError, collect_varied_groups, varied_groups
 from genrl.overrides import ConfigError
-from genrl.rollout import Batch, MaskedRollout, TokenRollout
+from genrl.rollout import Batch, MaskedSamples, TokenRollout
 from reward_models import REWARDS, RewardModel, RewardOutput
 from tests.test_causal_lm import lm_config, lm_dir  # noqa: F401  (fixture)
 
@@ -136,24 +136,24 @@ def test_token_rollouts_of_different_widths_concatenate() -> None:
     assert both.ref_log_probs.shape == (2, 0) and both.advantages.tolist() == [-1.0, -2.0]
 
 
-def test_masked_rollouts_with_different_prompt_widths_concatenate() -> None:
-    def rollout(prompt: list[int]) -> MaskedRollout:
-        ids = torch.tensor([[[*prompt, 1, 1]]])  # [N=1, V=1, P + L]
-        return MaskedRollout(
+def test_masked_samples_with_different_prompt_widths_concatenate() -> None:
+    def samples(prompt: list[int]) -> MaskedSamples:
+        return MaskedSamples(
             prompts=["p"],
             completions=["c"],
             group_ids=torch.tensor([0]),
-            inputs=ids,
-            attention_mask=torch.ones(1, len(prompt) + 2, dtype=torch.long),
-            targets=torch.tensor([[3, 4]]),
-            counted=torch.ones(1, 1, 2, dtype=torch.bool),
-            old_log_probs=torch.zeros(1, 1, 2),
-            ref_log_probs=torch.zeros(1, 1, 0),
+            prompt_ids=torch.tensor([prompt]),
+            prompt_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            tokens=torch.tensor([[3, 4]]),
+            valid=torch.ones(1, 2, dtype=torch.bool),
+            reveal_step=torch.tensor([[1, 0]]),
         )
 
-    both = MaskedRollout.concatenate([rollout([7, 8, 9]), rollout([6])])
-    assert both.inputs[:, 0].tolist() == [[7, 8, 9, 1, 1], [0, 0, 6, 1, 1]]
-    assert both.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    both = MaskedSamples.concatenate([samples([7, 8, 9]), samples([6])])
+    assert both.prompt_ids.tolist() == [[7, 8, 9], [0, 0, 6]]
+    assert both.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert both.tokens.tolist() == [[3, 4], [3, 4]]
+    assert both.reveal_step.tolist() == [[1, 0], [1, 0]]
 
 
 class SayIsSolved(RewardModel):

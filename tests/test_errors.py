@@ -136,12 +136,12 @@ def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.Monk
     from genrl.optimization import NonFiniteLossError
 
     trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
-    real_loss = trainer.algorithm.loss
+    real_loss = trainer.objective.loss
 
     def exploding_loss(policy, minibatch, step=None):
         loss, metrics = real_loss(policy, minibatch, step)
         return loss * float("inf"), metrics
 
-    monkeypatch.setattr(trainer.algorithm, "loss", exploding_loss)
+    monkeypatch.setattr(trainer.objective, "loss", exploding_loss)
     with pytest.raises(NonFiniteLossError, match=r"the loss is inf .*clip_fraction="):
         trainer.train()

@@ -24,7 +24,7 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from genrl.evaluation import sample_ode
+from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
 
 FAMILIES = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}

@@ -11,10 +11,10 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.algorithms.base import RolloutNoise
-from genrl.algorithms.diffusion_nft import apply_adv_mode
 from genrl.losses import ClippedSurrogate, gaussian_mean_kl
+from genrl.objectives.regression_objectives import apply_adv_mode
 from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise
 from samplers import DanceSDESampler, FlowCPSSampler, FlowSDESampler, flow_sigmas, shift_sigmas
 from samplers.base import gaussian_log_prob
 from samplers.scaled_noise import ScaledNoiseSampler
@@ -67,12 +67,11 @@ def test_kl_reward_makes_per_step_advantages(tmp_path: Path) -> None:
     assert rollout.step_kl is not None and rollout.step_kl.shape == (16, 4)
     # Before any update the policy is the reference: every step's KL is 0.
     assert float(rollout.step_kl.abs().max()) == 0.0
-    algorithm = trainer.algorithm
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0] * 4)
     step_kl = torch.zeros(16, 4)
     step_kl[0, 2] = 2.0  # the best sample of group 0 paid KL 2 at step 2
     prompts = [p for p in "abcd" for _ in range(4)]
-    got = algorithm.advantages(rewards, prompts, torch.arange(16) // 4, step_kl=step_kl)
+    got = trainer.objective.advantages(rewards, prompts, torch.arange(16) // 4, step_kl=step_kl)
     assert got.shape == (16, 4)
     # Step 2, group 0: rewards [1 - 0.5 * 2, 0, 0, 0] = 0 everywhere: advantage 0.
     assert got[:4, 2].tolist() == [0.0] * 4
@@ -93,15 +92,15 @@ def test_zero_advantage_trajectories_are_left_out(tmp_path: Path) -> None:
     rollout = batch.rollout
     rollout.advantages = torch.zeros(16)
     rollout.advantages[[1, 5, 6]] = torch.tensor([0.5, -1.0, 2.0])
-    units = trainer.algorithm.training_units(rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, rollout, batch.noise)
     assert sorted(set(units.rows.tolist())) == [1, 5, 6]
-    assert len(units) == 3 * trainer.algorithm.num_train_steps
+    assert len(units) == 3 * trainer.objective.num_train_steps
     keep_all = tiny_config(tmp_path, "algorithm.drop_zero_advantages=false")
     other = Trainer(keep_all, run_dir=tmp_path / "all")
-    assert len(other.algorithm.training_units(rollout, batch.noise)) == 16 * 3
+    assert len(other.objective.units(other.policy, rollout, batch.noise)) == 16 * 3
     # All zero: enough zero-advantage trajectories come back to fill the planned minibatch.
     rollout.advantages = torch.zeros(16)
-    units = trainer.algorithm.training_units(rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, rollout, batch.noise)
     assert len(units) >= 1 and set(units.advantages.tolist()) == {0.0}
 
 
@@ -233,6 +232,6 @@ def test_dropping_and_the_noise_stream_are_reproducible(tmp_path: Path) -> None:
     rollout = batch.rollout
     rollout.advantages = torch.zeros(16)
     noise = RolloutNoise(0, 3, 16, slice(0, 16))
-    a = trainer.algorithm.training_units(rollout, noise)
-    b = trainer.algorithm.training_units(rollout, noise)
+    a = trainer.objective.units(trainer.policy, rollout, noise)
+    b = trainer.objective.units(trainer.policy, rollout, noise)
     assert torch.equal(a.rows, b.rows)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from tiny import tiny_config
 
-from genrl.algorithms.base import RolloutNoise
 from genrl.groups import expand_groups
 from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise
 from genrl.trainer import Trainer
 from samplers.windows import sde_window_mask, sde_window_start
 
@@ -52,7 +52,7 @@ def _collect(trainer: Trainer, iteration: int = 0):
     prompts = trainer.prompts.sample(cfg.train.prompts_per_iteration, cfg.seed, iteration)
     all_prompts, group_ids = expand_groups(prompts, cfg.train.group_size)
     noise = RolloutNoise(cfg.seed, iteration, len(all_prompts), slice(0, len(all_prompts)))
-    return trainer.algorithm.collect(trainer.policy, all_prompts, group_ids, noise), noise
+    return trainer.rollout.collect(trainer.policy, all_prompts, group_ids, noise), noise
 
 
 def test_fast_rollout_shares_the_ode_prefix_within_a_group(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_fast_rollout_equals_per_sample_ode_prefix(tmp_path: Path) -> None:
     full, _ = _collect(unshared)
     assert torch.equal(shared.latents[:, 0], full.latents[:, 0])
     # Reference: the plain ODE from the shared initial noise, run for every sample.
-    policy, ode = trainer.policy, trainer.algorithm.rollout.ode
+    policy, ode = trainer.policy, trainer.rollout.ode
     x, condition = shared.latents[:, 0], policy.encode_prompts(shared.prompts)
     for i in range(3):
         v = policy.velocity(x, ode.sigmas[i].expand(len(x)), condition)
@@ -115,10 +115,10 @@ def test_window_steps_are_the_only_training_units(tmp_path: Path) -> None:
         "sampler.sde_window_shift_every=1",
         "algorithm.timestep_fraction=1.0",
     )
-    assert trainer.algorithm.num_train_steps == 3
+    assert trainer.objective.num_train_steps == 3
     rollout, noise = _collect(trainer, iteration=2)
     rollout.advantages = torch.randn(len(rollout))
-    units = trainer.algorithm.training_units(rollout, noise)
+    units = trainer.objective.units(trainer.policy, rollout, noise)
     assert len(units) == 3 * len(rollout)
     assert set(units.timestep_index.tolist()) == {2, 3, 4}  # progressive: start = iteration
     metrics = trainer.train_iteration()
@@ -137,7 +137,7 @@ def test_window_settings_are_validated(tmp_path: Path) -> None:
 def test_no_window_and_independent_noise_is_the_plain_flow_grpo_rollout(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path)
     rollout, noise = _collect(trainer)
-    policy, sde = trainer.policy, trainer.algorithm.sampler
+    policy, sde = trainer.policy, trainer.rollout.sampler
     x = noise.randn(0, policy.latent_shape)
     condition = policy.encode_prompts(rollout.prompts)
     assert torch.equal(rollout.latents[:, 0], x)
@@ -164,14 +164,14 @@ def test_cps_window_trains_every_window_step_when_it_cannot_reach_the_last_step(
     one that can is planned for the worst case."""
     common = ("sampler.name=flow_cps", "sampler.num_steps=8", "sampler.sde_window_size=3")
     inside = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 7]")
-    assert inside.algorithm.rollout.trainable_per_trajectory == 3
+    assert inside.rollout.trainable_per_trajectory == 3
     reaching = _trainer(tmp_path, *common, "sampler.sde_window_range=[0, 8]")
-    assert reaching.algorithm.rollout.trainable_per_trajectory == 2
+    assert reaching.rollout.trainable_per_trajectory == 2
     progressive = _trainer(
         tmp_path, *common, "sampler.sde_window_schedule=progressive", "sampler.sde_window_stride=2"
     )
-    assert progressive.algorithm.rollout.possible_window_starts() == [0, 2, 4, 5]
-    assert progressive.algorithm.rollout.trainable_per_trajectory == 2
+    assert progressive.rollout.possible_window_starts() == [0, 2, 4, 5]
+    assert progressive.rollout.trainable_per_trajectory == 2
 
 
 def test_noise_per_group_is_shared_and_independent_of_the_slice() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genrl.dllm_estimators import ESTIMATORS, FadingMaskEstimator
+from genrl.objectives.dllm_estimators import ESTIMATORS, FadingMaskEstimator
 from pipelines import build_policy
 from reward_models import REWARDS, RewardModel, RewardOutput
 from samplers.masked import MaskedDiffusionSampler, tokens_per_step

@@ -138,7 +138,7 @@ def _two_process_offline_worker(directory: str) -> None:
     trainer = Trainer(config, run_dir=root / "ddp", accelerator=accelerator)
     trainer.collector.fill_offline_store()
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
     torch.save(
         {
             "samples": batch.rollout.samples,
@@ -158,7 +158,7 @@ def test_two_processes_fill_and_read_the_store_as_one(tmp_path: Path) -> None:
     single = Trainer(_offline(tmp_path, tmp_path / "store"), run_dir=tmp_path / "single")
     single.collector.fill_offline_store()
     batch = single.collect()
-    units = single.algorithm.training_units(batch.rollout, batch.noise)
+    units = single.objective.units(single.policy, batch.rollout, batch.noise)
     debug_launcher(_two_process_offline_worker, args=(str(tmp_path),), num_processes=2)
     one, two = RolloutStore(tmp_path / "store"), RolloutStore(tmp_path / "ddp_store")
     assert len(two) == len(one) == 8

@@ -38,8 +38,8 @@ def test_two_steps_train_on_the_embedded_task(tmp_path: Path, name: str) -> None
     trainer = Trainer(tiny_config(tmp_path, *ALGORITHMS[name]), run_dir=tmp_path / "run")
     before = _trainable(trainer)
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
-    assert len(units) == trainer.algorithm.num_units(len(batch.rollout))
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    assert len(units) == trainer.objective.num_units(len(batch.rollout))
     metrics = trainer.train_iteration()
     trainer.train_iteration()
     after = _trainable(trainer)
@@ -50,7 +50,7 @@ def test_two_steps_train_on_the_embedded_task(tmp_path: Path, name: str) -> None
 def test_units_share_time_and_noise_as_documented(tmp_path: Path) -> None:
     trainer = Trainer(tiny_config(tmp_path, *ALGORITHMS["gdro"]), run_dir=tmp_path / "g")
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
     # 4 groups of 4, 2 noisings each: 8 units of 4 members, one eps per unit
     assert units.clean.shape[:2] == (8, 4) and units.sigma.shape == (8,)
     assert torch.equal(units.noise[:, :1].expand_as(units.noise), units.noise)
@@ -62,12 +62,12 @@ def test_units_share_time_and_noise_as_documented(tmp_path: Path) -> None:
     assert units.advantages[0].sum().abs() < 1e-5
     own = Trainer(tiny_config(tmp_path, *ALGORITHMS["gdro_own_noise"]), run_dir=tmp_path / "o")
     batch = own.collect()
-    units = own.algorithm.training_units(batch.rollout, batch.noise)
+    units = own.objective.units(own.policy, batch.rollout, batch.noise)
     assert not torch.equal(units.noise[0, 0], units.noise[0, 1])
 
     ram = Trainer(tiny_config(tmp_path, *ALGORITHMS["ram"]), run_dir=tmp_path / "r")
     batch = ram.collect()
-    units = ram.algorithm.training_units(batch.rollout, batch.noise)
+    units = ram.objective.units(ram.policy, batch.rollout, batch.noise)
     assert units.clean.shape[:2] == (32, 1)  # 16 samples x 2 noisings
     assert torch.equal(units.clean[0, 0], units.clean[1, 0])  # the same sample's two noisings
     assert not torch.equal(units.noise[0], units.noise[1])
@@ -81,18 +81,18 @@ def test_the_lagged_copy_follows_its_schedule(tmp_path: Path) -> None:
     ``min(0.01 k, 0.9)``; its state survives a checkpoint."""
     config = tiny_config(tmp_path, *ALGORITHMS["ram"], "algorithm.sampling_ema_ramp=0.25")
     trainer = Trainer(config, run_dir=tmp_path / "run")
-    algorithm = trainer.algorithm
-    assert [algorithm.config.lagged_decay(k) for k in (0, 1, 2, 5)] == [0.0, 0.25, 0.5, 0.9]
+    rollout = trainer.rollout
+    assert [config.algorithm.lagged_decay(k) for k in (0, 1, 2, 5)] == [0.0, 0.25, 0.5, 0.9]
     trainer.train_iteration()
     theta = _trainable(trainer)
-    old = {n: t.clone() for n, t in algorithm.lagged.shadow.items()}
+    old = {n: t.clone() for n, t in rollout.lagged.shadow.items()}
     trainer.train_iteration()  # copy <- 0.25 old + 0.75 theta, before sampling
-    for n, value in algorithm.lagged.shadow.items():
+    for n, value in rollout.lagged.shadow.items():
         assert torch.allclose(value, 0.25 * old[n] + 0.75 * theta[n], atol=1e-6)
-    state = algorithm.state_dict()
-    fresh = Trainer(config, run_dir=tmp_path / "other").algorithm
+    state = rollout.state_dict()
+    fresh = Trainer(config, run_dir=tmp_path / "other").rollout
     fresh.load_state_dict(state)
-    assert all(torch.equal(fresh.lagged.shadow[n], v) for n, v in algorithm.lagged.shadow.items())
+    assert all(torch.equal(fresh.lagged.shadow[n], v) for n, v in rollout.lagged.shadow.items())
 
 
 def test_ram_correction_by_lagged_copy_equals_eq17_when_the_copy_is_current(
@@ -104,9 +104,9 @@ def test_ram_correction_by_lagged_copy_equals_eq17_when_the_copy_is_current(
         run_dir=tmp_path / "b",
     )
     batch = lagged.collect()  # iteration 0: the copy equals the policy
-    units = lagged.algorithm.training_units(batch.rollout, batch.noise).select(slice(0, 8))
-    a, _ = lagged.algorithm.loss(lagged.policy, units)
-    b, _ = current.algorithm.loss(current.policy, units)
+    units = lagged.objective.units(lagged.policy, batch.rollout, batch.noise).select(slice(0, 8))
+    a, _ = lagged.objective.loss(lagged.policy, units)
+    b, _ = current.objective.loss(current.policy, units)
     assert torch.allclose(a, b, atol=1e-6)
 
 
@@ -118,9 +118,9 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
         run_dir=tmp_path / "run",
     )
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise).select(slice(0, 8))
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise).select(slice(0, 8))
     units.advantages = torch.zeros_like(units.advantages)
-    loss, _ = trainer.algorithm.loss(trainer.policy, units)
+    loss, _ = trainer.objective.loss(trainer.policy, units)
     loss.backward()
     grads = [p.grad for p in trainer.policy.trainable_parameters() if p.grad is not None]
     assert grads and max(float(g.abs().max()) for g in grads) < 1e-6
@@ -136,7 +136,10 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
         (("algorithm.name=diffusion_nft", "algorithm.beta=0"), "beta must be positive"),
         (("algorithm.name=ram", "train.offline_store=/tmp/x"), "cannot read an offline store"),
         (("algorithm.name=gdro", "train.offline_groups=4"), "needs train.offline_store"),
-        (("algorithm.name=gdro", "algorithm.sampling_ema_decay=0.5"), "no lagged copy"),
+        (
+            ("algorithm.name=gdro", "algorithm.sampling_ema_decay=0.5"),
+            "unknown config key .algorithm.sampling_ema_decay.",
+        ),
         (("algorithm.name=diffusion_nft", "sampler.guidance_scale=4.5"), "without CFG"),
     ],
 )
@@ -215,24 +218,24 @@ def test_the_lagged_copy_is_built_late_and_steps_once_per_iteration(tmp_path: Pa
     even when an iteration is collected again (a refill round, a resumed iteration)."""
     config = tiny_config(tmp_path, *ALGORITHMS["ram"], "algorithm.sampling_ema_ramp=0.5")
     trainer = Trainer(config, run_dir=tmp_path / "run")
-    algorithm = trainer.algorithm
-    assert algorithm._lagged is None
+    rollout = trainer.rollout
+    assert rollout._lagged is None
     trainer.train_iteration()
     trainer.train_iteration()  # iteration 1: copy <- 0.5 old + 0.5 theta
-    stepped = {n: t.clone() for n, t in algorithm.lagged.shadow.items()}
-    assert algorithm.lagged_iteration == 1
+    stepped = {n: t.clone() for n, t in rollout.lagged.shadow.items()}
+    assert rollout.lagged_iteration == 1
     trainer.iteration = 1  # collect iteration 1 again
     trainer.collect()
-    assert all(torch.equal(stepped[n], t) for n, t in algorithm.lagged.shadow.items())
-    state = algorithm.state_dict()
-    fresh = Trainer(config, run_dir=tmp_path / "other").algorithm
+    assert all(torch.equal(stepped[n], t) for n, t in rollout.lagged.shadow.items())
+    state = rollout.state_dict()
+    fresh = Trainer(config, run_dir=tmp_path / "other").rollout
     fresh.load_state_dict(state)
     assert fresh.lagged_iteration == 1
     assert all(torch.equal(fresh.lagged.shadow[n], t) for n, t in stepped.items())
 
 
 def test_per_sample_noise_streams_do_not_depend_on_the_process_layout() -> None:
-    from genrl.algorithms.base import RolloutNoise
+    from genrl.rng import RolloutNoise
 
     whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_by_sample(5, (2, 3))
     halves = [

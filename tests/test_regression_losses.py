@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from genrl.algorithms.flow_endpoints import sample_times
-from genrl.regression_losses import GroupRankingLoss, NFTLoss, RAMLoss
+from genrl.objectives.regression import sample_times
+from genrl.objectives.regression_losses import GroupRankingLoss, NFTLoss, RAMLoss
 
 
 # -- RAM -----------------------------------------------------------------------------------------

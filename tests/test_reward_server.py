@@ -212,7 +212,7 @@ def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) 
     }  # fmt: skip
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
-    outputs = trainer.algorithm.final_outputs(trainer.policy, batch.rollout)
+    outputs = trainer.rollout.outputs(trainer.policy, batch.rollout)
     expected = local(quantize(outputs).float() / 255, batch.rollout.prompts).scores
     assert len(batch.scores["reward"]) == 16  # every sample once, in 3-sample requests
     torch.testing.assert_close(batch.scores["reward"], expected["digit_classifier"])

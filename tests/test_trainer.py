@@ -52,8 +52,8 @@ def test_first_update_of_an_iteration_has_ratio_exactly_one(tmp_path: Path, guid
     config = tiny_config(tmp_path, f"sampler.guidance_scale={guidance}")
     trainer = Trainer(config, run_dir=tmp_path / "run")
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
-    _, metrics = trainer.algorithm.loss(trainer.policy, units)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    _, metrics = trainer.objective.loss(trainer.policy, units)
     assert metrics["ratio_min"] == 1.0 and metrics["ratio_max"] == 1.0
     assert metrics["clip_fraction"] == 0.0
     # The same holds inside the loop for every iteration's first minibatch.
@@ -105,7 +105,7 @@ def _two_process_worker(directory: str, *overrides: str) -> None:
     config = tiny_config(Path(directory), "algorithm.timestep_selection=random", *overrides)
     trainer = Trainer(config, run_dir=Path(directory) / "ddp", accelerator=accelerator)
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
     torch.save(
         {
             "advantages": batch.advantages,
@@ -126,7 +126,9 @@ def test_two_processes_compute_the_same_advantages(tmp_path: Path) -> None:
         tiny_config(tmp_path, "algorithm.timestep_selection=random"), run_dir=tmp_path / "single"
     )
     single = trainer.collect()
-    single_timesteps = trainer.algorithm.training_units(single.rollout, single.noise).timestep_index
+    single_timesteps = trainer.objective.units(
+        trainer.policy, single.rollout, single.noise
+    ).timestep_index
     debug_launcher(_two_process_worker, args=(str(tmp_path),), num_processes=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for rank in ranks:
@@ -269,7 +271,7 @@ def test_trained_timesteps(tmp_path: Path, selection: str) -> None:
         tiny_config(tmp_path, f"algorithm.timestep_selection={selection}"), run_dir=tmp_path / "r"
     )
     batch = trainer.collect()
-    units = trainer.algorithm.training_units(batch.rollout, batch.noise)
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
     steps = units.timestep_index.reshape(len(batch.rollout), 3)
     if selection == "prefix":  # the Flow-GRPO reference: steps 0..k-1 in order
         assert (steps == torch.tensor([0, 1, 2])).all()

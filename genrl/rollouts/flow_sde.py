@@ -1,33 +1,35 @@
-"""Rollouts of flow policies with a stochastic window: shared by the flow algorithms.
+"""Flow rollouts with a stochastic window (Flow-GRPO, Flow-GRPO-Fast, MixGRPO, DanceGRPO, CPS).
 
 A trajectory of ``T`` steps runs the deterministic ODE outside a window of stochastic (SDE, CPS,
 ...) steps; with no window every step is stochastic (Flow-GRPO). When every sample of a group
 starts from the same noise, the ODE steps before the window are identical within the group, so
-they run once per group and the group branches at the window (Flow-GRPO-Fast).
+they run once per group and the group branches at the window (Flow-GRPO-Fast). Every state and
+stochastic step's log-prob is recorded, and ``rescore`` scores stored transitions under the
+current velocity with the same sampler (bit for bit what sampling computed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from genrl.algorithms.base import RolloutNoise
 from genrl.losses import gaussian_mean_kl
-from genrl.rollout import FlowTrajectory
-from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler
+from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise, Streams
+from genrl.rollout import FlowTrajectory, FlowTransitions
+from genrl.rollouts.flow import FlowRollout
+from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler, StepOutput
 from samplers.windows import possible_window_starts, sde_window_mask, sde_window_start
-
-# Stream tags of RolloutNoise: initial noise 0, step noise 1..T, window position below.
-WINDOW_TAG = 9_000
 
 
 @dataclass
-class FlowRollout:
+class FlowSDERollout(FlowRollout):
     """The samplers and window settings of a flow rollout, built from ``config.sampler`` on the
-    policy's own noise schedule."""
+    policy's own noise schedule (``from_config``)."""
 
+    train_config: Any = field(repr=False)
     sde: GaussianFlowSampler
     ode: FlowODESampler
     guidance_scale: float
@@ -50,12 +52,14 @@ class FlowRollout:
     @classmethod
     def from_config(
         cls, train_config: Any, policy: Any, *, measure_kl: bool = False, keep_means: bool = False
-    ) -> FlowRollout:
-        """Samplers on ``policy``'s noise schedule with ``train_config.sampler``'s settings."""
+    ) -> FlowSDERollout:
+        """Samplers on ``policy``'s noise schedule with ``train_config.sampler``'s settings;
+        refuses a setting whose trajectories would hold no stochastic step to train."""
         s = train_config.sampler
         sigmas = policy.sigma_schedule(s.num_steps, s.shift)
         sde = SAMPLERS[s.name](sigmas, s.noise_level, log_prob_reduction=s.log_prob_reduction)
-        return cls(
+        rollout = cls(
+            train_config=train_config,
             sde=sde,
             ode=FlowODESampler(sigmas),
             guidance_scale=s.guidance_scale,
@@ -72,6 +76,21 @@ class FlowRollout:
             measure_kl=measure_kl,
             keep_means=keep_means,
         )
+        if rollout.trainable_per_trajectory == 0:
+            hint = "raise sampler.noise_level"
+            if s.sde_window_size:
+                hint = (
+                    "the window can land on deterministic steps only (CPS's last step has no "
+                    f"noise): raise sde_window_size or keep it off the last step, e.g. "
+                    f"sampler.sde_window_range=[0, {s.num_steps - 1}]"
+                )
+            raise ConfigError(f"sampler {s.name!r} has no stochastic step to train: {hint}")
+        return rollout
+
+    @property
+    def sampler(self) -> GaussianFlowSampler:
+        """The stochastic step (what ``rescore`` scores transitions with)."""
+        return self.sde
 
     @property
     def num_steps(self) -> int:
@@ -108,7 +127,7 @@ class FlowRollout:
             self.window_size,
             self.window_schedule,  # type: ignore[arg-type]
             noise.iteration,
-            noise.generator(WINDOW_TAG),
+            noise.generator(Streams.SDE_WINDOW),
             self.window_range,
             self.window_stride,
             self.window_shift_every,
@@ -128,9 +147,11 @@ class FlowRollout:
         condition = policy.encode_prompts(prompts)
         sigmas = self.sde.sigmas.to(device)
         if self.same_initial_noise:
-            x = noise.randn_per_group(0, shape, group_ids, self.num_groups, device)
+            x = noise.randn_per_group(
+                Streams.INITIAL_NOISE, shape, group_ids, self.num_groups, device
+            )
         else:
-            x = noise.randn(0, shape, device)
+            x = noise.randn(Streams.INITIAL_NOISE, shape, device)
         latents = [x]
         log_probs = torch.zeros(n, self.num_steps, device=device)
         step_kl = torch.zeros(n, self.num_steps, device=device) if self.measure_kl else None
@@ -152,7 +173,9 @@ class FlowRollout:
         # Step noise is drawn (on the CPU) and moved before the loop: a host-to-device copy inside
         # it would wait for the queued forward and stall the accelerator every step.
         step_noise = {
-            i: noise.randn(i + 1, shape, device) for i in range(self.num_steps) if window[i]
+            i: noise.randn(Streams.STEP_NOISE + i, shape, device)
+            for i in range(self.num_steps)
+            if window[i]
         }
         for i in range(prefix, self.num_steps):
             v = self._velocity(policy, x, sigmas[i], condition)
@@ -200,6 +223,12 @@ class FlowRollout:
         kl = gaussian_mean_kl(out.mean, ref_mean, safe, self.sde.log_prob_reduction)
         return torch.where(random, kl, torch.zeros_like(kl))
 
+    def rescore(self, velocity: torch.Tensor, units: FlowTransitions) -> StepOutput:
+        """Each transition's step output under ``velocity``, with the sampler that drew it."""
+        return self.sde.step(
+            velocity, units.timestep_index, units.sample, prev_sample=units.next_sample
+        )
+
     def _ode_steps(
         self,
         policy: Any,
@@ -232,13 +261,6 @@ class FlowRollout:
             for start in range(0, n, size)
         ]
         return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-
-
-def decode_in_chunks(policy: Any, latents: torch.Tensor, size: int) -> torch.Tensor:
-    """Decode ``[N, *event]`` latents ``size`` at a time (0: all at once); a real model's VAE at
-    512 px is a memory peak when it decodes a whole local batch."""
-    size = size or len(latents)
-    return torch.cat([policy.decode(latents[i : i + size]) for i in range(0, len(latents), size)])
 
 
 def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:

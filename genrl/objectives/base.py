@@ -1,0 +1,97 @@
+"""The objective contract: what is learned from a rollout (phases 4 and 5 of the loop).
+
+An objective turns the gathered rewards into advantages, a rollout into training units (with any
+no-gradient scoring the loss compares against, e.g. the old and reference log-probs of tokens),
+and a minibatch of units into ``(loss, metrics)``. It reads what its rollout recorded and, where
+it re-scores samples, uses its rollout's samplers.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genrl.rng import RolloutNoise
+from genrl.rollout import Batch
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a loss may need to know about the optimizer step its minibatch belongs to.
+
+    Attributes:
+        minibatches: minibatches accumulated into the step on each process.
+        tokens_per_minibatch: mean number of loss tokens per minibatch over the step's
+            minibatches on all processes (for a token mean over the whole step, DAPO's); None
+            when the objective does not count tokens.
+    """
+
+    minibatches: int = 1
+    tokens_per_minibatch: float | None = None
+
+
+def updates_once(train_config: Any, units: int) -> bool:
+    """Whether an iteration of ``units`` training units (on this process) takes exactly one
+    optimizer step with one pass: then every loss sees the parameters that sampled the rollout,
+    so its old log-probs are the current ones, detached, and need no forward of their own (as
+    TRL skips ``old_per_token_logps``)."""
+    t = train_config.train
+    minibatches = -(-units // t.minibatch_size)
+    return t.inner_epochs == 1 and minibatches <= t.gradient_accumulation_steps
+
+
+class Objective(abc.ABC):
+    """Base of every objective."""
+
+    def advantage_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per-sample tensors ``[n, ...]`` of this process's rollout that ``advantages`` needs
+        besides the rewards (e.g. per-step KL, a tree's edge log-probs); the trainer gathers them
+        over processes and passes them as keyword arguments."""
+        del batch
+        return {}
+
+    @abc.abstractmethod
+    def advantages(
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """Advantages of the gathered batch (all processes): ``[N]``, or ``[N, T]`` with one per
+        sample and step."""
+
+    @abc.abstractmethod
+    def units(self, policy: Any, batch: Batch, noise: RolloutNoise) -> Batch:
+        """Training units of a rollout whose advantages are filled. Runs without gradients,
+        under the rollout's numerics, before any update of the iteration."""
+
+    def num_units(self, num_samples: int) -> int:
+        """How many units ``units`` makes from ``num_samples`` samples (plans the LR schedule)."""
+        return num_samples
+
+    @abc.abstractmethod
+    def loss(
+        self, policy: Any, minibatch: Batch, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The scalar loss of a minibatch of units, with metrics. The trainer divides it by
+        ``step.minibatches`` and processes average their gradients."""
+
+    def loss_tokens(self, units: Batch) -> int | None:
+        """How many loss tokens these units hold, when the loss normalises by the tokens of a
+        whole optimizer step (DAPO's token mean); None otherwise."""
+        del units
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """State that must survive a resume (e.g. reward statistics)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+__all__ = ["Objective", "StepContext", "updates_once"]

@@ -1,0 +1,193 @@
+"""Flow-GRPO's objective (Liu et al. 2025): per-prompt advantages of whole trajectories, and the
+clipped surrogate of each trained stochastic step (``genrl/objectives/flow_steps.py``).
+
+Advantages (eq. 4) are the rewards normalised per prompt text, Flow-GRPO's stat tracker; with
+``kl_reward`` each step has its own reward ``r - kl_reward * kl_t`` (the KL measured while
+sampling) and its own column of advantages. A trajectory trains ``timestep_fraction`` of its
+stochastic steps (the first ones, as the reference, or a random subset), or every step of an SDE
+window; trajectories whose advantages are all zero are left out (``drop_zero_advantages``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from genrl.advantages import PerPromptStatTracker, clip_advantages
+from genrl.objectives.base import Objective, StepContext
+from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
+from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise, Streams
+from genrl.rollout import FlowTrajectory, FlowTransitions, SharedRows
+
+
+@dataclass
+class FlowPolicyGradientConfig(FlowStepLossConfig):
+    """Fields of Flow-GRPO's objective (besides the step loss's)."""
+
+    kl_reward: float = 0.0
+    """Flow-GRPO's ``kl_reward``: every step's reward becomes the final reward minus this times
+    that step's KL to the reference, measured while sampling (one more forward per step), and
+    advantages are normalised step by step; 0 disables it."""
+    drop_zero_advantages: bool = True
+    """Leave trajectories whose advantages are all zero out of training, as Flow-GRPO does
+    (``train_sd3.py``); a few of them come back at random when too few remain to fill the
+    iteration's minibatches."""
+    timestep_fraction: float = 0.99
+    """Fraction of the sampling steps trained per trajectory (Flow-GRPO: 0.99 -> 9 of 10);
+    with an SDE window (``sampler.sde_window_size``) every window step is trained."""
+    timestep_selection: Literal["prefix", "random"] = "prefix"
+    """Which steps: the first ones in sampling order (the Flow-GRPO reference trains steps
+    0..k-1) or a random subset per trajectory (DanceGRPO-style)."""
+    std_mode: Literal["group", "global", "none"] = "global"
+    """Advantage normaliser: per-prompt std, std of the whole gathered batch (Flow-GRPO's SD3
+    configs, ``global_std``) or none."""
+    std_estimator: Literal["sample", "population"] = "population"
+    """Std of the normaliser: Flow-GRPO's ``np.std`` (population) or Bessel's (sample)."""
+    std_eps: float = 1e-4
+    """Added to the std (Flow-GRPO: 1e-4)."""
+    stat_history: int = 1
+    """Iterations of per-prompt rewards pooled in the baseline (1 = current batch only)."""
+
+    def validate_objective(self) -> None:
+        if not 0 < self.timestep_fraction <= 1:
+            raise ConfigError(
+                f"algorithm.timestep_fraction must lie in (0, 1], got {self.timestep_fraction}"
+            )
+        if self.stat_history < 1:
+            raise ConfigError(f"algorithm.stat_history must be >= 1, got {self.stat_history}")
+        if self.kl_reward < 0:
+            raise ConfigError(f"algorithm.kl_reward must be >= 0, got {self.kl_reward}")
+        if self.kl_reward > 0 and self.stat_history > 1:
+            raise ConfigError(
+                "algorithm.kl_reward gives one reward per step, which cannot be pooled over "
+                "iterations: set algorithm.stat_history=1"
+            )
+        if self.std_eps < 0:
+            raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
+
+
+class FlowPolicyGradient(Objective):
+    """Flow-GRPO's objective over a ``FlowSDERollout``'s trajectories.
+
+    Args:
+        config: the objective's fields.
+        rollout: the rollout (its window and samplers; ``rescore``).
+        minibatch_size: units per minibatch (how many trajectories dropping may leave).
+    """
+
+    def __init__(self, config: FlowPolicyGradientConfig, rollout: Any, minibatch_size: int) -> None:
+        self.config = config
+        self.rollout = rollout
+        self.minibatch_size = minibatch_size
+        self.tracker = PerPromptStatTracker(
+            config.std_mode, config.stat_history, config.std_eps, config.std_estimator
+        )
+        self.step_loss = FlowStepLoss(config, rollout, rollout.guidance_scale)
+
+    @property
+    def num_train_steps(self) -> int:
+        """Steps trained per trajectory: ``timestep_fraction`` of its stochastic steps, or every
+        step of an SDE window (Flow-GRPO-Fast and MixGRPO train the whole window)."""
+        trainable = self.rollout.trainable_per_trajectory
+        if self.rollout.window_size:
+            return trainable
+        return max(1, int(trainable * self.config.timestep_fraction))
+
+    def num_units(self, num_samples: int) -> int:
+        return num_samples * self.num_train_steps
+
+    def advantage_inputs(self, batch: FlowTrajectory) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """The per-step KL measured while sampling, when ``kl_reward`` uses it."""
+        if self.config.kl_reward > 0 and batch.step_kl is not None:
+            return {"step_kl": batch.step_kl}
+        return {}
+
+    def advantages(
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """Per-prompt normalised rewards, clipped (``[N]``); with ``kl_reward``, one reward per
+        step, ``r - kl_reward * kl_t``, normalised column by column (``[N, T]``)."""
+        del group_ids  # groups are keyed by prompt text, as in Flow-GRPO's stat tracker
+        if "step_kl" in inputs:
+            rewards = rewards[:, None] - self.config.kl_reward * inputs["step_kl"].to(rewards)
+        return clip_advantages(self.tracker.update(prompts, rewards), self.config.advantage_clip)
+
+    def units(self, policy: Any, batch: FlowTrajectory, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
+        """Pick ``num_train_steps`` trainable steps per trajectory and flatten them (without the
+        trajectories whose advantages are all zero, with ``drop_zero_advantages``)."""
+        del policy
+        n, num_steps = batch.log_probs.shape
+        k = self.num_train_steps
+        # Keys of non-trainable steps are pushed past every trainable one so they are never picked.
+        device = batch.latents.device
+        if self.config.timestep_selection == "random":
+            keys = noise.rand(Streams.STEP_SELECTION, (num_steps,)).to(device)
+        else:  # prefix: sampling order, first trainable steps first
+            keys = torch.arange(num_steps, device=device, dtype=torch.float32).expand(n, -1)
+        keys = keys + num_steps * (~batch.trainable_steps).float()
+        available = int(batch.trainable_steps.sum(dim=1).min()) if n else k
+        if available < k:
+            raise ValueError(
+                f"a trajectory has {available} trainable steps but {k} are to be trained per "
+                "trajectory (the rollout's window and the sampler disagree)"
+            )
+        steps = keys.argsort(dim=1)[:, :k]  # [n, k]
+        rows = torch.arange(n, device=device).unsqueeze(1).expand(n, k)
+        advantages = batch.advantages
+        if advantages.ndim == 2:
+            advantages = advantages.gather(1, steps)  # [n, k]
+        else:
+            advantages = advantages[:, None].expand(n, k)
+        if self.config.drop_zero_advantages:
+            kept = self._rows_to_train(advantages, noise)
+            rows, steps, advantages = rows[kept], steps[kept], advantages[kept]
+        flat_rows, flat_steps = rows.reshape(-1), steps.reshape(-1)
+        means = batch.means
+        return FlowTransitions(
+            rows=flat_rows,
+            conditions=SharedRows(batch.condition),
+            sample=batch.latents[flat_rows, flat_steps],
+            next_sample=batch.latents[flat_rows, flat_steps + 1],
+            timestep_index=flat_steps,
+            old_log_probs=batch.log_probs[flat_rows, flat_steps],
+            advantages=advantages.reshape(-1),
+            old_means=None if means is None else means[flat_rows, flat_steps],
+        )
+
+    def _rows_to_train(self, advantages: torch.Tensor, noise: RolloutNoise) -> torch.Tensor:
+        """Trajectories with a non-zero advantage; when fewer remain than the iteration's planned
+        minibatches need, zero-advantage ones chosen at random fill up (Flow-GRPO likewise adds
+        random ones back so that its batches divide evenly)."""
+        nonzero = (advantages != 0).any(dim=1)
+        n, k = advantages.shape
+        minibatches = math.ceil(n * k / self.minibatch_size)
+        needed = min(n, math.ceil(minibatches / k))
+        missing = needed - int(nonzero.sum())
+        if missing > 0:
+            zero_rows = (~nonzero).nonzero()[:, 0]
+            order = noise.local_permutation(Streams.DROP_REFILL, len(zero_rows))
+            nonzero[zero_rows[order.to(zero_rows.device)[:missing]]] = True
+        return nonzero.nonzero()[:, 0]
+
+    def loss(
+        self, policy: Any, minibatch: FlowTransitions, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        del step
+        return self.step_loss(policy, minibatch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"tracker": self.tracker.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tracker.load_state_dict(state["tracker"])
+
+
+__all__ = ["FlowPolicyGradient", "FlowPolicyGradientConfig"]

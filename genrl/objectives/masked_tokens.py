@@ -1,0 +1,160 @@
+"""The token policy gradient on corrupted views of a masked-diffusion LM (MaskGRPO, diffu-GRPO).
+
+A masked-diffusion LM has no exact sequence likelihood, so each sampled completion is scored
+under ``num_iterations`` seeded corruptions ("views", from a pluggable estimator of
+``genrl/objectives/dllm_estimators.py``): MaskGRPO's rising mask ratio with fading-out masking,
+d1's one-step estimator, UniGRPO's random ratio or TraceRL's sampling trace. The old and
+reference log-probs of every view are computed before the first update, so the current policy
+is compared on exactly the same corrupted inputs, with the GRPO family's clipped surrogate:
+
+    L = agg_{views, counted t} max(-A rho_t, -A clip(rho_t, 1 - eps_low, 1 + eps_high))
+        + beta * agg KL_k3,     rho_t = p_theta(x_t | view) / p_old(x_t | view).
+
+Every (sample, view) pair is a training unit; ``train.inner_epochs`` passes over all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from genrl.losses import token_policy_loss
+from genrl.objectives.base import StepContext
+from genrl.objectives.dllm_estimators import ESTIMATORS, LikelihoodEstimator
+from genrl.objectives.tokens import TokenObjective
+from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise, Streams
+from genrl.rollout import MaskedSamples, MaskedUnits
+from samplers.masked import MaskedDiffusionSampler
+
+
+@dataclass
+class MaskedViewsConfig:
+    """Fields choosing the corrupted views a masked-diffusion LM's tokens are scored under."""
+
+    estimator: Literal["maskgrpo", "d1", "random_ratio", "trace"] = "maskgrpo"
+    """Likelihood estimator (``genrl/objectives/dllm_estimators.py``)."""
+    num_iterations: int = 12
+    """Corrupted views per rollout sample (MaskGRPO's and d1's inner iterations, mu: 12 in both
+    released recipes). The ``trace`` estimator is deterministic and uses one per sampling step."""
+    mask_ratio_floor: float = 0.6
+    """MaskGRPO: first mask ratio ``m`` of ``t_j = m + (1 - m)(j + 1)/mu`` (text: 0.6)."""
+    post_eos: Literal["count", "exclude"] = "count"
+    """MaskGRPO's views: ``count`` masks and scores completion positions after the end token
+    like any other, as the released code does (its loss mask is the re-masking mask), so a view
+    does not reveal where the answer ends; ``exclude`` never masks or counts them."""
+    prompt_mask_prob: float = 0.15
+    """d1: probability of masking each prompt token."""
+
+    def validate_views(self, train_config: Any = None) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError(f"algorithm.estimator must be one of {sorted(ESTIMATORS)}")
+        if self.num_iterations < 1:
+            raise ConfigError("algorithm.num_iterations must be >= 1")
+        if train_config is not None:
+            g = train_config.generation
+            MaskedDiffusionSampler(g.diffusion_steps or g.max_new_tokens, g.block_length).schedule(
+                g.max_new_tokens
+            )
+
+    def make_estimator(self) -> LikelihoodEstimator:
+        options: dict[str, dict[str, Any]] = {
+            "maskgrpo": {
+                "ratio_floor": self.mask_ratio_floor,
+                "count_tail": self.post_eos == "count",
+            },
+            "d1": {"prompt_mask_prob": self.prompt_mask_prob},
+        }.get(self.estimator, {})
+        return ESTIMATORS[self.estimator](**options)
+
+
+class MaskedTokenPolicyGradient(TokenObjective):
+    """The token objective over an ``UnmaskingRollout``'s samples, one unit per (sample, view).
+
+    Args:
+        config: the objective's fields and the views'.
+        train_config: the run's config (``generation``, ``train``'s batching).
+    """
+
+    def __init__(self, config: Any, train_config: Any) -> None:
+        super().__init__(config, train_config)
+        self.views = config
+        self.estimator = config.make_estimator()
+        g = train_config.generation
+        self.num_views = (
+            (g.diffusion_steps or g.max_new_tokens)
+            if config.estimator == "trace"
+            else config.num_iterations
+        )
+
+    def num_units(self, num_samples: int) -> int:
+        """Views per sample: one per inner iteration, or one per sampling step for ``trace``."""
+        return num_samples * self.num_views
+
+    @torch.no_grad()
+    def units(self, policy: Any, batch: MaskedSamples, noise: RolloutNoise) -> MaskedUnits:  # type: ignore[override]
+        """``N * V`` units, view-major within each sample. View ``j`` draws its seed from the
+        iteration's ``MASK_VIEWS + j`` stream (offset by this process's first sample), so the
+        old, current and reference policies score the same corruption."""
+        iterations = 1 if self.views.estimator == "trace" else self.views.num_iterations
+        views = []
+        for j in range(iterations):
+            generator = noise.generator(Streams.MASK_VIEWS + j)
+            seed = int(torch.randint(2**62, (1,), generator=generator)) + noise.local.start
+            views += self.estimator.views(
+                batch.prompt_ids, batch.tokens, batch.valid, batch.reveal_step,
+                policy.mask_token_id, seed, j, iterations,
+            )  # fmt: skip
+        n, v = len(batch), len(views)
+        inputs = torch.stack([torch.cat([w.prompt, w.completion], 1) for w in views], dim=1)
+        counted = torch.stack([w.counted for w in views], dim=1).reshape(n * v, -1)
+        rows = torch.arange(n, device=inputs.device).repeat_interleave(v)
+        units = MaskedUnits(
+            inputs=inputs.reshape(n * v, -1),
+            attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(batch.tokens)], 1)[rows],
+            targets=batch.tokens[rows],
+            counted=counted,
+            old_log_probs=counted[:, :0].float(),
+            ref_log_probs=counted[:, :0].float(),
+            advantages=batch.advantages[rows],
+        )
+
+        def score(chunk: slice) -> torch.Tensor:
+            return self._log_probs(policy, units.select(chunk))
+
+        if self.scores_old(len(units)):
+            units.old_log_probs = self.in_chunks(score, len(units)) * counted
+        if self.config.kl_beta > 0:
+            with policy.reference():
+                units.ref_log_probs = self.in_chunks(score, len(units)) * counted
+        return units
+
+    @staticmethod
+    def _log_probs(policy: Any, units: MaskedUnits) -> torch.Tensor:
+        start = units.inputs.shape[1] - units.targets.shape[1]
+        return policy.token_log_probs(units.inputs, units.attention_mask, units.targets, start)
+
+    def counted(self, units: MaskedUnits) -> torch.Tensor:  # type: ignore[override]
+        return units.counted
+
+    def loss(
+        self, policy: Any, minibatch: MaskedUnits, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mb = minibatch
+        return token_policy_loss(
+            self.surrogate,
+            self._log_probs(policy, mb),
+            mb.old_log_probs,
+            mb.ref_log_probs,
+            mb.advantages,
+            mb.counted,
+            kl_beta=self.config.kl_beta,
+            kl_estimator=self.config.kl_estimator,
+            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
+            extra={"counted_tokens": mb.counted.float().sum(1).mean()},
+        )
+
+
+__all__ = ["MaskedTokenPolicyGradient", "MaskedViewsConfig"]

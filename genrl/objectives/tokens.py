@@ -1,0 +1,217 @@
+"""The token policy gradient of the GRPO family (GRPO, Dr.GRPO, DAPO's loss, GSPO, RLOO).
+
+Shao et al., "DeepSeekMath" (2024), eq. 3: rewards normalised within each prompt's group become
+sequence advantages, and every completion token contributes a PPO-clipped ratio term, optionally
+with a KL to the reference policy:
+
+    A_i = (r_i - mean_g r) / (std_g r + eps)
+    L = agg_{i,t} max(-A_i rho_{i,t}, -A_i clip(rho_{i,t}, 1 - eps_low, 1 + eps_high))
+        + beta * agg_{i,t} KL(pi_theta || pi_ref)_{i,t},      rho = pi_theta / pi_old.
+
+``TokenObjective`` holds what every token objective shares (advantages, the surrogate, the token
+count of DAPO's step-wide mean); ``TokenPolicyGradient`` scores a causal LM's completions and
+``genrl/objectives/masked_tokens.py`` a masked-diffusion LM's corrupted views.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from genrl.advantages import sequence_advantages
+from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
+from genrl.objectives.base import Objective, StepContext, updates_once
+from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise
+from genrl.rollout import Batch, TokenRollout
+
+
+@dataclass
+class TokenPolicyGradientConfig:
+    """Fields of the token objectives, with GRPO's defaults (TRL's where the paper is silent)."""
+
+    clip_range: float = 0.2
+    """PPO epsilon, low side (and high side unless set); GRPO 0.2, GSPO 3e-4."""
+    clip_range_high: float | None = None
+    """Upper epsilon (DAPO clip-higher: 0.28; GSPO: 4e-4); None = ``clip_range``."""
+    aggregation: Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"] = (
+        "sequence_mean"
+    )
+    """Loss reduction over tokens (``genrl.losses.aggregate``): per-sequence mean (GRPO, TRL
+    ``grpo``); token mean over the optimizer step's tokens on all processes (DAPO, TRL ``dapo``);
+    token mean per minibatch (TRL ``bnpo``); mean of per-sequence token sums (verl
+    ``seq-mean-token-sum``); token sum / (B * max_new_tokens) (Dr.GRPO)."""
+    advantage: Literal["group", "rloo"] = "group"
+    """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out."""
+    std_mode: Literal["group", "global", "none"] = "group"
+    """Divide by the group's reward std (GRPO), the batch's (``global``) or nothing (Dr.GRPO)."""
+    std_estimator: Literal["sample", "population"] = "sample"
+    """Std of the normaliser: Bessel's, as TRL and verl (``torch.std``), or the population's."""
+    std_eps: float = 1e-4
+    """Added to the std (TRL: 1e-4; verl: 1e-6)."""
+    kl_beta: float = 0.0
+    """Weight of the KL to the reference (DeepSeekMath 0.04; TRL and DAPO 0). 0 skips the
+    reference forward entirely."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimator (Schulman's k3 is GRPO's); the KL term is reduced with
+    ``aggregation``, as in TRL and verl."""
+    clip_ratio_c: float | None = None
+    """Dual-clip bound (> 1) on the ratio of negative-advantage tokens (verl's ``clip_ratio_c``,
+    3 there); None (TRL) disables it."""
+    advantage_clip: float | None = None
+    """Clamp advantages to +-this; None disables."""
+
+    def validate_objective(self, train_config: Any = None) -> None:
+        if self.clip_range <= 0 or (self.clip_range_high is not None and self.clip_range_high <= 0):
+            raise ConfigError("algorithm.clip_range and clip_range_high must be positive")
+        if self.kl_beta < 0:
+            raise ConfigError(f"algorithm.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"algorithm.aggregation must be one of {AGGREGATIONS}")
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise ConfigError(f"algorithm.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
+        if self.std_eps < 0:
+            raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
+        if train_config is not None:
+            if train_config.generation.temperature <= 0:
+                raise ConfigError(
+                    "generation.temperature must be > 0: greedy rollouts give every member of a "
+                    "group the same answer, hence zero advantages"
+                )
+            if train_config.train.group_size < 2:
+                raise ConfigError("train.group_size must be >= 2: advantages compare a group")
+
+
+class TokenObjective(Objective):
+    """What the token objectives share: group advantages, the clipped surrogate, and the loss
+    token count of a step-wide token mean.
+
+    Args:
+        config: the objective's fields.
+        train_config: the run's config (``generation.max_new_tokens``, ``train``'s batching).
+        ratio_level: ``token`` or ``sequence`` (GSPO).
+    """
+
+    def __init__(
+        self, config: TokenPolicyGradientConfig, train_config: Any, ratio_level: str = "token"
+    ) -> None:
+        self.config = config
+        self.train_config = train_config
+        self.surrogate = TokenClippedSurrogate(
+            config.clip_range,
+            config.clip_range_high,
+            level=ratio_level,
+            aggregation=config.aggregation,
+            max_length=train_config.generation.max_new_tokens,
+            clip_ratio_c=config.clip_ratio_c,
+        )
+
+    def advantages(
+        self,
+        rewards: torch.Tensor,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        **inputs: torch.Tensor,
+    ) -> torch.Tensor:
+        """``[N]`` group-relative advantages (``genrl.advantages.sequence_advantages``)."""
+        del prompts, inputs
+        c = self.config
+        return sequence_advantages(
+            rewards,
+            group_ids,
+            c.advantage,
+            c.std_mode,
+            c.advantage_clip,
+            eps=c.std_eps,
+            std_estimator=c.std_estimator,
+        )
+
+    def counted(self, units: Batch) -> torch.Tensor:
+        """``[U, T]`` bool, the tokens of ``units`` that enter the loss."""
+        raise NotImplementedError
+
+    def loss_tokens(self, units: Batch) -> int | None:
+        if self.config.aggregation != "token_mean":
+            return None
+        return int(self.counted(units).sum())
+
+    def scores_old(self, units: int) -> bool:
+        """Whether old log-probs need a forward of their own (see ``updates_once``)."""
+        return not updates_once(self.train_config, units)
+
+    def in_chunks(self, score: Any, rows: int) -> torch.Tensor:
+        """``score(slice)`` over ``rows`` in chunks of ``train.minibatch_size``, concatenated:
+        scoring costs at most one training minibatch of activation memory."""
+        size = self.train_config.train.minibatch_size
+        return torch.cat([score(slice(i, i + size)) for i in range(0, rows, size)])
+
+
+class TokenPolicyGradient(TokenObjective):
+    """The GRPO family's objective over an ``AutoregressiveRollout``'s completions: one unit per
+    completion, scored by a full forward with the rollout sampler's temperature."""
+
+    def __init__(
+        self,
+        config: TokenPolicyGradientConfig,
+        rollout: Any,
+        train_config: Any,
+        ratio_level: str = "token",
+    ) -> None:
+        super().__init__(config, train_config, ratio_level)
+        self.rollout = rollout
+
+    def _log_probs(self, policy: Any, units: TokenRollout) -> torch.Tensor:
+        return policy.token_log_probs(
+            units.input_ids, units.attention_mask, units.completion_start, self.rollout.sampler
+        )
+
+    @torch.no_grad()
+    def units(self, policy: Any, batch: TokenRollout, noise: RolloutNoise) -> TokenRollout:  # type: ignore[override]
+        """The completions with their old log-probs (the computation training repeats, so the
+        first update is exactly on-policy; ``[N, 0]`` when one optimizer step makes training's
+        own forward on-policy) and reference log-probs (``[N, 0]`` without KL)."""
+        del noise
+        old = ref = batch.old_log_probs[:, :0]
+
+        def score(rows: slice) -> torch.Tensor:
+            return self._log_probs(policy, batch.select(rows))
+
+        if self.scores_old(len(batch)):
+            old = self.in_chunks(score, len(batch)) * batch.completion_mask
+        if self.config.kl_beta > 0:
+            with policy.reference():
+                ref = self.in_chunks(score, len(batch)) * batch.completion_mask
+        return dataclasses.replace(batch, old_log_probs=old, ref_log_probs=ref)
+
+    def counted(self, units: TokenRollout) -> torch.Tensor:  # type: ignore[override]
+        return units.completion_mask
+
+    def loss(
+        self, policy: Any, minibatch: TokenRollout, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mb = minibatch
+        return token_policy_loss(
+            self.surrogate,
+            self._log_probs(policy, mb),
+            mb.old_log_probs,
+            mb.ref_log_probs,
+            mb.advantages,
+            mb.completion_mask,
+            kl_beta=self.config.kl_beta,
+            kl_estimator=self.config.kl_estimator,
+            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
+            extra={
+                "completion_length": mb.completion_mask.float().sum(1).mean(),
+                "truncated_fraction": (~mb.finished).float().mean(),
+            },
+        )
+
+
+__all__ = [
+    "TokenObjective",
+    "TokenPolicyGradient",
+    "TokenPolicyGradientConfig",
+]

@@ -1,0 +1,170 @@
+"""Endpoint rollouts: clean samples ``x_0`` of the deterministic ODE and nothing else (the
+rollout of the regression objectives: RAM, GDRO, DiffusionNFT).
+
+No sampling step is ever scored, so any sampler would do; the ODE of ``sampler.num_steps`` steps
+with ``sampler.guidance_scale`` is used. Algorithms with a lagged copy of the policy (RAM,
+DiffusionNFT) sample from it: before each iteration's sampling the copy takes one EMA step
+towards the current weights, ``old <- d old + (1 - d) theta`` with a scheduled decay ``d``. Clean
+samples read from an offline store become a rollout through ``from_samples``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genrl.ema import EMA
+from genrl.overrides import ConfigError
+from genrl.rng import RolloutNoise, Streams
+from genrl.rollout import FlowEndpoints
+from genrl.rollouts.flow import FlowRollout
+from samplers import FlowODESampler
+
+
+@dataclass
+class LaggedCopyConfig:
+    """Fields of the lagged copy that samples the endpoints (RAM, DiffusionNFT)."""
+
+    sampling_ema_decay: float = 0.0
+    """``old <- d old + (1 - d) theta`` before each iteration's sampling, with
+    ``d = min(sampling_ema_ramp * iteration, sampling_ema_decay)`` (0: the copy is the policy as
+    it was before the iteration's updates)."""
+    sampling_ema_ramp: float = 0.0
+    """Per-iteration growth of the lagged copy's decay (0: constant ``sampling_ema_decay``)."""
+    sampling_ema_delay: int = 0
+    """Iterations with decay 0 before the ramp starts (DiffusionNFT's OCR setting: 75)."""
+
+    def validate_lagged_copy(self) -> None:
+        if not 0 <= self.sampling_ema_decay < 1:
+            raise ConfigError(
+                f"algorithm.sampling_ema_decay must lie in [0, 1), got {self.sampling_ema_decay}"
+            )
+        if self.sampling_ema_ramp < 0 or self.sampling_ema_delay < 0:
+            raise ConfigError("algorithm.sampling_ema_ramp and sampling_ema_delay must be >= 0")
+
+    def lagged_decay(self, iteration: int) -> float:
+        """The lagged copy's decay at ``iteration``."""
+        if iteration < self.sampling_ema_delay:
+            return 0.0
+        if self.sampling_ema_ramp == 0:
+            return self.sampling_ema_decay
+        ramped = self.sampling_ema_ramp * (iteration - self.sampling_ema_delay)
+        return min(ramped, self.sampling_ema_decay)
+
+
+class EndpointRollout(FlowRollout):
+    """ODE endpoints of the policy, or of its lagged copy when ``lagged`` is given.
+
+    Args:
+        train_config: the run's config (``sampler``, ``train``, ``eval``).
+        policy: the flow policy (its noise schedule and trainable network).
+        lagged: the lagged copy's schedule; None samples from the current weights.
+    """
+
+    def __init__(self, train_config: Any, policy: Any, lagged: LaggedCopyConfig | None) -> None:
+        super().__init__(train_config)
+        s = train_config.sampler
+        self.ode = FlowODESampler(policy.sigma_schedule(s.num_steps, s.shift))
+        self.lagged_config = lagged
+        self._network = policy.network
+        self._lagged: EMA | None = None
+        self._lagged_state: dict[str, torch.Tensor] | None = None
+        self.lagged_iteration = -1  # the last iteration whose EMA step was taken
+
+    @property
+    def lagged(self) -> EMA | None:
+        """The lagged copy (None without one). Built on first use, after the trainer has moved
+        the network to its device, so the copy lives next to the weights."""
+        if self.lagged_config is None:
+            return None
+        if self._lagged is None:
+            self._lagged = EMA(self._network, self.lagged_config.sampling_ema_decay)
+            if self._lagged_state is not None:
+                self._lagged.load_state_dict(self._lagged_state)
+                self._lagged_state = None
+        return self._lagged
+
+    @contextlib.contextmanager
+    def lagged_weights(self) -> Iterator[None]:
+        """Inside, the policy's trainable weights are the lagged copy's (no-op without one)."""
+        lagged = self.lagged
+        if lagged is None:
+            yield
+            return
+        with lagged.swapped_in():
+            yield
+
+    @torch.no_grad()
+    def collect(
+        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> FlowEndpoints:
+        """Deterministic ODE samples (``sampler.num_steps``, ``sampler.guidance_scale``) from
+        the lagged copy when there is one: first the copy takes its EMA step towards the
+        current weights, then it samples."""
+        x = noise.randn(Streams.INITIAL_NOISE, tuple(policy.latent_shape), policy.device)
+        condition = policy.encode_prompts(prompts)
+        lagged = self.lagged
+        # Once per iteration: not again for a dynamic-sampling refill round, nor when a run
+        # resumes the iteration it stopped in.
+        if lagged is not None and noise.iteration > self.lagged_iteration:
+            assert self.lagged_config is not None
+            lagged.decay = self.lagged_config.lagged_decay(noise.iteration)
+            lagged.step(0)
+            self.lagged_iteration = noise.iteration
+        with self.lagged_weights():
+            samples = self._ode(policy, x, condition)
+        return self.from_samples(prompts, group_ids, condition, samples)
+
+    def _ode(
+        self, policy: Any, x: torch.Tensor, condition: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        guidance = self.train_config.sampler.guidance_scale
+        size = self.train_config.train.rollout_batch_size or len(x)
+        sigmas = self.ode.sigmas.to(x.device)
+        chunks = []
+        for start in range(0, len(x), size):
+            xs = x[start : start + size]
+            cond = {k: v[start : start + size] for k, v in condition.items()}
+            for i in range(self.ode.num_steps):
+                v = policy.velocity(xs, sigmas[i].expand(len(xs)), cond, guidance)
+                xs = self.ode.step(v, i, xs).prev_sample
+            chunks.append(xs)
+        return torch.cat(chunks)
+
+    def from_samples(
+        self,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        condition: dict[str, torch.Tensor],
+        samples: torch.Tensor,
+    ) -> FlowEndpoints:
+        """Wrap clean samples (sampled now or read from an offline store) as a rollout."""
+        return FlowEndpoints(
+            prompts=list(prompts),
+            group_ids=group_ids,
+            condition=condition,
+            samples=samples.float(),
+            advantages=torch.zeros(len(samples), device=samples.device),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        lagged = self.lagged
+        if lagged is None:
+            return {}
+        return {"lagged": lagged.state_dict(), "lagged_iteration": self.lagged_iteration}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.lagged_config is None:
+            return
+        self.lagged_iteration = int(state.get("lagged_iteration", -1))
+        if self._lagged is not None:
+            self._lagged.load_state_dict(state["lagged"])
+        else:  # applied when the copy is built
+            self._lagged_state = state["lagged"]
+
+
+__all__ = ["EndpointRollout", "LaggedCopyConfig"]

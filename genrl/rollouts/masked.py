@@ -1,0 +1,94 @@
+"""Masked-diffusion token rollouts (MaskGRPO, diffu-GRPO): completions revealed by unmasking.
+
+A completion of ``generation.max_new_tokens`` tokens starts fully masked and is revealed over
+``generation.diffusion_steps`` steps (``samplers/masked.py``). The rollout records the tokens,
+which positions precede the end token, and the step at which each token was revealed (the
+``trace`` estimator's views); which corrupted views are scored is the objective's choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from genrl.rng import RolloutNoise, Streams
+from genrl.rollout import MaskedSamples
+from genrl.rollouts.base import OutputFn, Rollout
+from genrl.rollouts.tokens import EVAL_SEED_STRIDE
+from samplers.masked import MaskedDiffusionSampler
+
+
+class UnmaskingRollout(Rollout):
+    """Completions of a masked-diffusion LM.
+
+    Args:
+        train_config: the run's config (``generation``).
+    """
+
+    def __init__(self, train_config: Any) -> None:
+        self.train_config = train_config
+        g = train_config.generation
+        self.length = g.max_new_tokens
+        self.steps = g.diffusion_steps or g.max_new_tokens
+        self.sampler = MaskedDiffusionSampler(
+            self.steps, g.block_length, g.remasking, g.temperature
+        )
+        self.eval_sampler = MaskedDiffusionSampler(
+            self.steps, g.block_length, g.remasking, g.eval_temperature
+        )
+
+    @torch.no_grad()
+    def collect(
+        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> MaskedSamples:
+        prompt_ids, prompt_mask = policy.encode_prompts(prompts)
+        generator = noise.device_generator(Streams.TOKEN_SAMPLING, policy.device)
+        out = policy.generate(prompt_ids, prompt_mask, self.sampler, self.length, generator)
+        valid = up_to_end(out.tokens, policy.eos_token_ids)
+        return MaskedSamples(
+            prompts=list(prompts),
+            completions=policy.decode(
+                out.tokens.masked_fill(~valid, policy.tokenizer.pad_token_id)
+            ),
+            group_ids=group_ids,
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            tokens=out.tokens,
+            valid=valid,
+            reveal_step=out.reveal_step,
+            advantages=torch.zeros(len(prompts), device=out.tokens.device),
+        )
+
+    def outputs(self, policy: Any, batch: MaskedSamples) -> list[str]:  # type: ignore[override]
+        del policy
+        return batch.completions
+
+    def evaluation_outputs(
+        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+    ) -> OutputFn:
+        del prompts, samples_per_prompt
+
+        def outputs(chunk: list[str], index: slice) -> list[str]:
+            prompt_ids, prompt_mask = policy.encode_prompts(chunk)
+            generator = torch.Generator(policy.device)
+            generator.manual_seed(seed * EVAL_SEED_STRIDE + index.start)
+            out = policy.generate(
+                prompt_ids, prompt_mask, self.eval_sampler, self.length, generator
+            )
+            valid = up_to_end(out.tokens, policy.eos_token_ids)
+            return policy.decode(out.tokens.masked_fill(~valid, policy.tokenizer.pad_token_id))
+
+        return outputs
+
+
+def up_to_end(tokens: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """``[B, L]`` bool: positions up to and including the first end token (all without one)."""
+    if not eos_token_ids:
+        return torch.ones_like(tokens, dtype=torch.bool)
+    is_end = torch.isin(tokens, torch.tensor(eos_token_ids, device=tokens.device)).long()
+    after_end = (is_end.cumsum(dim=1) - is_end) > 0
+    return ~after_end
+
+
+__all__ = ["UnmaskingRollout", "up_to_end"]
