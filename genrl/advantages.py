@@ -18,6 +18,8 @@ from typing import Literal
 
 import torch
 
+from genrl.overrides import ConfigError
+
 StdMode = Literal["group", "global", "none"]
 STD_MODES: tuple[str, ...] = ("group", "global", "none")
 StdEstimator = Literal["sample", "population"]
@@ -254,6 +256,60 @@ def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
     return scale * (rewards - means[inverse])
 
 
+def median_centered_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-3
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MC-GRPO's advantages (Kim 2026, "Median-Centered Group Relative Policy Optimization for
+    Small-Rollout Reinforcement Learning", arXiv 2601.22582), as its released trainer computes
+    them: each group of ``G + 1`` samples is centred on its median and scaled by its median
+    absolute deviation,
+
+        A_i = (r_i - med_g) / (median_g |r - med_g| + eps),
+
+    then the non-zero advantages of a group (``|A| > 1e-6``) are multiplied by
+    ``group size / their number``, and one sample per group at the median (the pivot, advantage
+    0) is left out of training, so ``G`` samples per prompt carry gradient.
+
+    The median of a group of ``n`` is its ``(n - 1) // 2``-th smallest value (``torch.median``;
+    an odd ``n`` makes it a sample's own reward); among tied samples the pivot is the first.
+
+    Args:
+        rewards, group_ids: ``[N]``.
+        eps: added to the MAD (the reference: 1e-3).
+
+    Returns:
+        ``[N]`` float32 advantages and ``[N]`` bool pivots (True: left out of training).
+    """
+    rewards = rewards.float()
+    if rewards.shape != group_ids.shape or rewards.ndim != 1:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]"
+        )
+    advantages = torch.zeros_like(rewards)
+    pivots = torch.zeros_like(rewards, dtype=torch.bool)
+    for group in torch.unique(group_ids):
+        members = (group_ids == group).nonzero()[:, 0]
+        r = rewards[members]
+        median = r.median()
+        deviation = (r - median).abs().median()
+        a = (r - median) / (deviation + eps)
+        nonzero = ~torch.isclose(a, torch.zeros_like(a), atol=1e-6)
+        if nonzero.any():
+            a = torch.where(nonzero, a * (len(r) / int(nonzero.sum())), a)
+        advantages[members] = a
+        pivots[members[int((r == median).nonzero()[0, 0])]] = True
+    return advantages, pivots
+
+
+def validate_median_groups(advantage: str, group_size: int) -> None:
+    """MC-GRPO needs groups of odd size ``G + 1``, so that the median is one sample's reward."""
+    if advantage == "median" and group_size % 2 == 0:
+        raise ConfigError(
+            "algorithm.advantage=median (MC-GRPO) needs an odd train.group_size (G + 1 samples "
+            f"per prompt, so that the median is one sample's reward), got {group_size}"
+        )
+
+
 def decoupled_group_rewards(
     scores: dict[str, torch.Tensor],
     weights: dict[str, float],
@@ -304,7 +360,7 @@ def decoupled_group_rewards(
 def sequence_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
-    estimator: Literal["group", "rloo"],
+    estimator: Literal["group", "rloo", "median"],
     std_mode: StdMode = "group",
     max_abs: float | None = None,
     *,
@@ -312,13 +368,18 @@ def sequence_advantages(
     std_estimator: StdEstimator = "sample",
 ) -> torch.Tensor:
     """The GRPO family's per-sequence advantages: group z-score (``std_mode``, ``eps``,
-    ``std_estimator``) or leave-one-out, then clipped to ``+-max_abs``."""
-    if estimator == "rloo":
+    ``std_estimator``), leave-one-out, or MC-GRPO's median-centred ones (``eps`` on the MAD;
+    their pivots come from ``median_centered_advantages``), then clipped to ``+-max_abs``."""
+    if estimator == "median":
+        advantages, _ = median_centered_advantages(rewards, group_ids, eps)
+    elif estimator == "rloo":
         advantages = rloo_advantages(rewards, group_ids)
     elif estimator == "group":
         advantages = group_advantages(
             rewards, group_ids, std_mode=std_mode, eps=eps, std_estimator=std_estimator
         )
     else:
-        raise ValueError(f"advantage estimator must be 'group' or 'rloo', got {estimator!r}")
+        raise ValueError(
+            f"advantage estimator must be 'group', 'rloo' or 'median', got {estimator!r}"
+        )
     return clip_advantages(advantages, max_abs)

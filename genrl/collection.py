@@ -196,7 +196,8 @@ class BatchCollector:
         inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Phase 4: the training reward (weighted sum, or GDPO's normalise-then-sum) and the
-        objective's advantages of the gathered batch; this process's slice goes to ``rollout``."""
+        objective's advantages of the gathered batch; this process's slice goes to ``rollout``
+        (with the samples the objective leaves out of training, if any)."""
         rewards = scores[self.reward.name]
         if self.config.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
@@ -205,6 +206,9 @@ class BatchCollector:
             rewards, global_prompts, global_group_ids, **(inputs or {})
         )
         rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        excluded = self.objective.excluded_samples(rewards, global_group_ids)
+        if excluded is not None:
+            rollout.excluded = excluded[self.local].to(self.policy.device)
         return advantages
 
     def read_offline(self, iteration: int) -> CollectedBatch:

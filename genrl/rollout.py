@@ -35,6 +35,14 @@ class Batch:
         values = {f.name: _select(getattr(self, f.name), index) for f in dataclasses.fields(self)}
         return type(self)(**values)
 
+    def without_excluded(self: B) -> B:
+        """The batch without the samples its ``excluded`` field marks (itself when it has no
+        such field, or none is marked)."""
+        excluded = getattr(self, "excluded", None)
+        if excluded is None or not bool(excluded.any()):
+            return self
+        return self.select((~excluded).nonzero()[:, 0])
+
     @classmethod
     def concatenate(cls: type[B], batches: list[B]) -> B:
         """One batch with the samples of ``batches`` in order (e.g. the rounds of dynamic
@@ -111,6 +119,8 @@ class FlowTrajectory(Batch):
             sampling (Flow-GRPO's ``kl_reward``); None when not measured.
         means: ``[N, T, *event]`` each step's transition mean at sampling time (GRPO-Guard's
             ratio normalisation); None when not kept.
+        excluded: ``[N]`` bool, samples left out of training although their rewards count
+            (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
     """
 
     prompts: list[str]
@@ -122,6 +132,7 @@ class FlowTrajectory(Batch):
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     step_kl: torch.Tensor | None = None
     means: torch.Tensor | None = None
+    excluded: torch.Tensor | None = None
 
     @property
     def final(self) -> torch.Tensor:
@@ -280,6 +291,8 @@ class TokenRollout(Batch):
         ref_log_probs: ``[N, T]`` under the reference policy, or ``[N, 0]`` when no KL is used.
         finished: ``[N]`` bool, the completion ended with an end token (not cut at the limit).
         advantages: ``[N]`` float32, filled after rewards.
+        excluded: ``[N]`` bool, samples left out of training although their rewards count
+            (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
     """
 
     prompts: list[str]
@@ -292,6 +305,7 @@ class TokenRollout(Batch):
     ref_log_probs: torch.Tensor
     finished: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    excluded: torch.Tensor | None = None
 
     @property
     def completion_start(self) -> int:
@@ -365,6 +379,8 @@ class MaskedSamples(Batch):
         valid: ``[N, L]`` bool, positions up to and including the first end token.
         reveal_step: ``[N, L]`` long, the sampling step that revealed each token.
         advantages: ``[N]``.
+        excluded: ``[N]`` bool, samples left out of training although their rewards count
+            (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
     """
 
     prompts: list[str]
@@ -376,6 +392,7 @@ class MaskedSamples(Batch):
     valid: torch.Tensor
     reveal_step: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    excluded: torch.Tensor | None = None
 
     @classmethod
     def concatenate(cls, batches: list[MaskedSamples]) -> MaskedSamples:  # type: ignore[override]

@@ -139,7 +139,8 @@ class Trainer:
         t_update = time.perf_counter()
         self.policy.module.eval()
         with torch.no_grad(), self.accelerator.autocast():
-            units = self.objective.units(self.policy, batch.rollout, batch.noise)
+            trained = batch.rollout.without_excluded()  # e.g. MC-GRPO's median pivots
+            units = self.objective.units(self.policy, trained, batch.noise)
         self.policy.module.train()
         update_metrics = self.updater.update(self.objective, units, batch.noise)
 

@@ -27,6 +27,7 @@ RECIPES: dict[str, bool] = {
     "digits_gdro_offline": True,
     "digits_diffusion_nft": True,
     "llm_countdown_grpo": False,
+    "llm_countdown_mc_grpo": False,
     "dllm_sudoku_maskgrpo": False,
     "dllm_sudoku_d1": False,
 }

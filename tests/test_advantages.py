@@ -259,3 +259,38 @@ def test_per_step_rewards_are_normalised_column_by_column() -> None:
     torch.testing.assert_close(tracker.update(["a", "a", "b", "b"], rewards), got)
     with pytest.raises(ValueError, match="history"):
         PerPromptStatTracker(history=2).update(["a", "a", "b", "b"], rewards)
+
+
+def test_median_centered_advantages_by_hand() -> None:
+    """MC-GRPO (its released trainer): (r - median) / (MAD + 1e-3), the non-zero advantages of
+    a group times size / their number, one pivot at the median per group."""
+    from genrl.advantages import median_centered_advantages, sequence_advantages
+
+    # Group 5 (positions 0, 2, 4): [0.2, 0.9, 0.5]: median 0.5, |r - 0.5| = [0.3, 0.4, 0] so
+    #   MAD 0.3; A = [-0.3, 0.4, 0] / 0.301, two non-zero of three: times 3/2.
+    # Group 1 (positions 1, 3, 5): [1, 0, 0]: median 0, MAD 0: A = [1, 0, 0] / 1e-3, one
+    #   non-zero: times 3 -> 3000; the pivot is the first sample at the median (position 3).
+    # Group 2 (positions 6, 7, 8): all 0.7: A = 0, the pivot is the first.
+    rewards = torch.tensor([0.2, 1.0, 0.9, 0.0, 0.5, 0.0, 0.7, 0.7, 0.7])
+    ids = torch.tensor([5, 1, 5, 1, 5, 1, 2, 2, 2])
+    advantages, pivots = median_centered_advantages(rewards, ids)
+    expected = [-0.45 / 0.301, 3000.0, 0.6 / 0.301, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    torch.testing.assert_close(advantages, torch.tensor(expected), rtol=1e-5, atol=1e-3)
+    assert pivots.nonzero()[:, 0].tolist() == [3, 4, 6]
+    assert torch.equal(sequence_advantages(rewards, ids, "median", eps=1e-3), advantages)
+    # A group of five: the median is the third smallest; MAD over the five deviations.
+    five = torch.tensor([4.0, 1.0, 3.0, 10.0, 2.0])  # median 3, |r - 3| = [1, 2, 0, 7, 1]
+    advantages, pivots = median_centered_advantages(five, torch.zeros(5, dtype=torch.long))
+    scaled = torch.tensor([1.0, -2.0, 0.0, 7.0, -1.0]) / (1.0 + 1e-3) * (5 / 4)
+    torch.testing.assert_close(advantages, scaled)
+    assert pivots.tolist() == [False, False, True, False, False]
+
+
+def test_median_groups_must_be_odd() -> None:
+    from genrl.advantages import validate_median_groups
+    from genrl.overrides import ConfigError
+
+    validate_median_groups("median", 3)
+    validate_median_groups("group", 4)
+    with pytest.raises(ConfigError, match=r"odd train\.group_size"):
+        validate_median_groups("median", 4)

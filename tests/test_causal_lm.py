@@ -303,3 +303,43 @@ def test_one_step_iterations_skip_the_old_log_prob_forward(
     assert updates_once(config, 8)
     config.train.inner_epochs = 2
     assert not updates_once(config, 8)
+
+
+def test_mc_grpo_trains_without_the_median_samples(
+    tmp_path: Path, lm_dir: Path, monkeypatch
+) -> None:
+    """``advantage=median`` with groups of G + 1 = 3: each group's median completion has
+    advantage 0 and is not a training unit; the other two train."""
+    from genrl.advantages import median_centered_advantages
+    from genrl.overrides import ConfigError
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
+    config = lm_config(tmp_path, lm_dir, advantage="median")
+    with pytest.raises(ConfigError, match=r"odd train\.group_size"):
+        config.validate()
+    config.train.group_size = 3
+    trainer = Trainer(config)
+    params = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    batch = trainer.collect()
+    rewards = batch.scores["letter_a"]
+    expected, pivots = median_centered_advantages(rewards, batch.group_ids)
+    torch.testing.assert_close(batch.rollout.advantages, expected)
+    assert torch.equal(batch.rollout.excluded, pivots) and int(pivots.sum()) == 2
+    kept = batch.rollout.without_excluded()
+    assert kept.completions == [
+        c for c, p in zip(batch.rollout.completions, pivots, strict=True) if not p
+    ]
+    seen: list[int] = []
+    units = trainer.objective.units
+
+    def recording(policy, rollout, noise):  # type: ignore[no-untyped-def]
+        seen.append(len(rollout))
+        return units(policy, rollout, noise)
+
+    monkeypatch.setattr(trainer.objective, "units", recording)
+    trainer.train_iteration()
+    trainer.train_iteration()
+    assert seen == [4, 4]  # 2 groups of 3, less their pivots
+    after = dict(trainer.policy.network.named_parameters())
+    assert any(not torch.equal(p, after[n]) for n, p in params.items())

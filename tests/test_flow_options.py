@@ -235,3 +235,37 @@ def test_dropping_and_the_noise_stream_are_reproducible(tmp_path: Path) -> None:
     a = trainer.objective.units(trainer.policy, rollout, noise)
     b = trainer.objective.units(trainer.policy, rollout, noise)
     assert torch.equal(a.rows, b.rows)
+
+
+# ---------------------------------------------------------------- MC-GRPO's median baseline
+
+
+def test_median_advantages_leave_the_pivots_out_of_flow_grpo(tmp_path: Path) -> None:
+    """``advantage=median`` on Flow-GRPO: groups of 3 centred on their median, the median
+    trajectory of each group never becomes a transition; two iterations train."""
+    from genrl.advantages import median_centered_advantages
+
+    config = tiny_config(
+        tmp_path,
+        "train.group_size=3",
+        "algorithm.advantage=median",
+        "algorithm.drop_zero_advantages=false",
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    batch = trainer.collect()
+    rewards = batch.scores[trainer.reward.name]
+    expected, pivots = median_centered_advantages(rewards, batch.group_ids)
+    torch.testing.assert_close(batch.rollout.advantages, expected)
+    assert torch.equal(batch.rollout.excluded, pivots) and int(pivots.sum()) == 4
+    units = trainer.objective.units(trainer.policy, batch.rollout.without_excluded(), batch.noise)
+    kept_rows = (~pivots).nonzero()[:, 0]
+    assert len(units) == 8 * trainer.objective.num_train_steps
+    assert torch.equal(units.advantages.unique(), expected[kept_rows].unique())
+    trainer.train_iteration()
+    trainer.train_iteration()
+    after = dict(trainer.policy.network.named_parameters())
+    assert sum(not torch.equal(p, after[n]) for n, p in before.items()) >= 0.9 * len(before)
+    with pytest.raises(ConfigError, match="kl_reward=0"):
+        tiny_config(tmp_path, "train.group_size=3", "algorithm.advantage=median",
+                    "algorithm.kl_reward=0.1").validate()  # fmt: skip

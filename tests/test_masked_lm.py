@@ -229,6 +229,28 @@ def test_two_steps_train_with_each_estimator(
     assert first["loss/counted_tokens"] > 0
 
 
+def test_mask_grpo_takes_mc_grpo_median_advantages(
+    tmp_path: Path, dllm_dir: Path, monkeypatch
+) -> None:
+    """The token objective's ``advantage=median`` on a masked-diffusion LM: the pivots never
+    become views, the rest train."""
+    from genrl.trainer import Trainer
+
+    monkeypatch.setitem(REWARDS, "digit_share", DigitShare)
+    config = dllm_config(tmp_path, dllm_dir, "mask_grpo", advantage="median", num_iterations=2)
+    config.train.group_size = 3
+    trainer = Trainer(config)
+    batch = trainer.collect()
+    assert int(batch.rollout.excluded.sum()) == 4  # one per group of 3
+    kept = batch.rollout.without_excluded()
+    units = trainer.objective.units(trainer.policy, kept, batch.noise)
+    assert len(units) == 8 * 2  # 8 kept samples, 2 views each
+    before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    trainer.train_iteration()
+    after = dict(trainer.policy.network.named_parameters())
+    assert any(not torch.equal(p, after[n]) for n, p in before.items())
+
+
 def test_masked_lm_loader_and_export(tmp_path: Path, dllm_dir: Path) -> None:
     from transformers import AutoModelForMaskedLM
 

@@ -33,7 +33,7 @@ class FlowGRPOConfig(FlowPolicyGradientConfig, AlgorithmConfig):
 
     def validate(self, train_config: Any = None) -> None:
         self.validate_loss(train_config)
-        self.validate_objective()
+        self.validate_objective(train_config)
 
 
 @register_algorithm("flow_grpo")

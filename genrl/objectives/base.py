@@ -64,6 +64,15 @@ class Objective(abc.ABC):
         """Advantages of the gathered batch (all processes): ``[N]``, or ``[N, T]`` with one per
         sample and step."""
 
+    def excluded_samples(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``[N]`` bool over the gathered batch: samples whose rewards enter the advantages but
+        which are left out of training (MC-GRPO's median pivots); None leaves none out. The
+        trainer drops them before ``units``."""
+        del rewards, group_ids
+        return None
+
     @abc.abstractmethod
     def units(self, policy: Any, batch: Batch, noise: RolloutNoise) -> Batch:
         """Training units of a rollout whose advantages are filled. Runs without gradients,

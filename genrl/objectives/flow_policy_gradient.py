@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import PerPromptStatTracker, clip_advantages
+from genrl.advantages import (
+    PerPromptStatTracker,
+    clip_advantages,
+    median_centered_advantages,
+    validate_median_groups,
+)
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
 from genrl.overrides import ConfigError
@@ -51,8 +56,15 @@ class FlowPolicyGradientConfig(FlowStepLossConfig):
     """Added to the std (Flow-GRPO: 1e-4)."""
     stat_history: int = 1
     """Iterations of per-prompt rewards pooled in the baseline (1 = current batch only)."""
+    advantage: Literal["group", "median"] = "group"
+    """``group``: the per-prompt normalisation above; ``median``: MC-GRPO (Kim 2026): groups
+    of ``G + 1`` (an odd ``train.group_size``) centred on their median and scaled by its
+    absolute deviation, the median sample left out of training
+    (``genrl.advantages.median_centered_advantages``)."""
+    mad_eps: float = 1e-3
+    """``advantage=median``: added to the median absolute deviation (MC-GRPO: 1e-3)."""
 
-    def validate_objective(self) -> None:
+    def validate_objective(self, train_config: Any = None) -> None:
         if not 0 < self.timestep_fraction <= 1:
             raise ConfigError(
                 f"algorithm.timestep_fraction must lie in (0, 1], got {self.timestep_fraction}"
@@ -68,6 +80,13 @@ class FlowPolicyGradientConfig(FlowStepLossConfig):
             )
         if self.std_eps < 0:
             raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
+        if self.advantage == "median" and (self.kl_reward > 0 or self.stat_history > 1):
+            raise ConfigError(
+                "algorithm.advantage=median centres each group of this iteration on its own "
+                "median: set algorithm.kl_reward=0 and algorithm.stat_history=1"
+            )
+        if train_config is not None:
+            validate_median_groups(self.advantage, train_config.train.group_size)
 
 
 class FlowPolicyGradient(Objective):
@@ -115,10 +134,21 @@ class FlowPolicyGradient(Objective):
     ) -> torch.Tensor:
         """Per-prompt normalised rewards, clipped (``[N]``); with ``kl_reward``, one reward per
         step, ``r - kl_reward * kl_t``, normalised column by column (``[N, T]``)."""
-        del group_ids  # groups are keyed by prompt text, as in Flow-GRPO's stat tracker
+        if self.config.advantage == "median":
+            advantages, _ = median_centered_advantages(rewards, group_ids, self.config.mad_eps)
+            return clip_advantages(advantages, self.config.advantage_clip)
+        # Groups are keyed by prompt text, as in Flow-GRPO's stat tracker.
         if "step_kl" in inputs:
             rewards = rewards[:, None] - self.config.kl_reward * inputs["step_kl"].to(rewards)
         return clip_advantages(self.tracker.update(prompts, rewards), self.config.advantage_clip)
+
+    def excluded_samples(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor
+    ) -> torch.Tensor | None:
+        """MC-GRPO's pivots (``advantage=median``): one median sample per group."""
+        if self.config.advantage != "median":
+            return None
+        return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
 
     def units(self, policy: Any, batch: FlowTrajectory, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
         """Pick ``num_train_steps`` trainable steps per trajectory and flatten them (without the

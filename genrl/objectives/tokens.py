@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import sequence_advantages
+from genrl.advantages import median_centered_advantages, sequence_advantages, validate_median_groups
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.overrides import ConfigError
@@ -44,8 +44,11 @@ class TokenPolicyGradientConfig:
     ``grpo``); token mean over the optimizer step's tokens on all processes (DAPO, TRL ``dapo``);
     token mean per minibatch (TRL ``bnpo``); mean of per-sequence token sums (verl
     ``seq-mean-token-sum``); token sum / (B * max_new_tokens) (Dr.GRPO)."""
-    advantage: Literal["group", "rloo"] = "group"
-    """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out."""
+    advantage: Literal["group", "rloo", "median"] = "group"
+    """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out;
+    ``median``: MC-GRPO (Kim 2026): groups of ``G + 1`` (an odd ``train.group_size``) centred on
+    their median and scaled by its absolute deviation, the median sample left out of training
+    (``genrl.advantages.median_centered_advantages``)."""
     std_mode: Literal["group", "global", "none"] = "group"
     """Divide by the group's reward std (GRPO), the batch's (``global``) or nothing (Dr.GRPO)."""
     std_estimator: Literal["sample", "population"] = "sample"
@@ -63,6 +66,8 @@ class TokenPolicyGradientConfig:
     3 there); None (TRL) disables it."""
     advantage_clip: float | None = None
     """Clamp advantages to +-this; None disables."""
+    mad_eps: float = 1e-3
+    """``advantage=median``: added to the median absolute deviation (MC-GRPO: 1e-3)."""
 
     def validate_objective(self, train_config: Any = None) -> None:
         if self.clip_range <= 0 or (self.clip_range_high is not None and self.clip_range_high <= 0):
@@ -83,6 +88,7 @@ class TokenPolicyGradientConfig:
                 )
             if train_config.train.group_size < 2:
                 raise ConfigError("train.group_size must be >= 2: advantages compare a group")
+            validate_median_groups(self.advantage, train_config.train.group_size)
 
 
 class TokenObjective(Objective):
@@ -125,9 +131,17 @@ class TokenObjective(Objective):
             c.advantage,
             c.std_mode,
             c.advantage_clip,
-            eps=c.std_eps,
+            eps=c.mad_eps if c.advantage == "median" else c.std_eps,
             std_estimator=c.std_estimator,
         )
+
+    def excluded_samples(
+        self, rewards: torch.Tensor, group_ids: torch.Tensor
+    ) -> torch.Tensor | None:
+        """MC-GRPO's pivots (``advantage=median``): one median sample per group."""
+        if self.config.advantage != "median":
+            return None
+        return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
 
     def counted(self, units: Batch) -> torch.Tensor:
         """``[U, T]`` bool, the tokens of ``units`` that enter the loss."""

@@ -53,6 +53,21 @@ def llm_countdown_grpo() -> TrainConfig:
     )
 
 
+def llm_countdown_mc_grpo() -> TrainConfig:
+    """MC-GRPO (Kim 2026, arXiv 2601.22582) on the embedded Countdown LM: the small-rollout
+    regime the paper targets, G = 2 completions per prompt plus one for the median, so groups of
+    3; the median completion of each group gets advantage 0 and is left out, so 64 of the 96
+    completions of an iteration train (one minibatch per pass). Otherwise ``llm_countdown_grpo``'s
+    settings. Its baseline is that recipe with ``train.group_size=2`` (a mean over two
+    samples); ``docs/algorithms/grpo.md`` has the comparison.
+    """
+    config = llm_countdown_grpo()
+    config.recipe = "llm_countdown_mc_grpo"
+    config.algorithm.advantage = "median"
+    config.train.group_size = 3
+    return config
+
+
 def qwen3_countdown_grpo() -> TrainConfig:
     """Qwen3-0.6B with LoRA on Countdown through its chat template (a GPU job).
 
@@ -107,5 +122,6 @@ def qwen3_countdown_grpo() -> TrainConfig:
 
 TEXT_RECIPES = {
     "llm_countdown_grpo": llm_countdown_grpo,
+    "llm_countdown_mc_grpo": llm_countdown_mc_grpo,
     "qwen3_countdown_grpo": qwen3_countdown_grpo,
 }
