@@ -15,6 +15,7 @@ every completion starts at column ``P``; position ids count real tokens only.
 from __future__ import annotations
 
 import inspect
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,11 @@ class CausalLMPolicy(TransformersPolicy):
 
     def decode(self, tokens: torch.Tensor, mask: torch.Tensor) -> list[str]:
         """Completion texts (special tokens dropped) of ``tokens [B, T]`` where ``mask``."""
-        rows = [t[m].tolist() for t, m in zip(tokens.cpu(), mask.cpu(), strict=True)]
+        # Select on Python lists: indexing the tensor row by row costs ~10 us a row.
+        rows = [
+            list(compress(ids, keep))
+            for ids, keep in zip(tokens.tolist(), mask.tolist(), strict=True)
+        ]
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     def cut_at_stop_strings(

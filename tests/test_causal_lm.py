@@ -144,6 +144,22 @@ def test_repeated_prompts_are_tokenized_once(lm_dir: Path, max_prompt_length: in
     assert torch.equal(mask, expected["attention_mask"])
 
 
+def test_decode_keeps_the_masked_tokens_without_special_ones(lm_dir: Path) -> None:
+    policy = build_policy("causal_lm", pretrained=str(lm_dir))
+    tok = policy.tokenizer
+    rows = ("ab=cd", "x+1yz", "hello")
+    ids = torch.tensor([[tok.convert_tokens_to_ids(c) for c in t] for t in rows])
+    ids[2, 3] = tok.eos_token_id  # special tokens are dropped
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    decoded = policy.decode(ids, mask)
+    # This word-level tokenizer joins tokens with spaces.
+    assert [text.replace(" ", "") for text in decoded] == ["ab=", "x1y", "helo"]
+    assert decoded == tok.batch_decode(
+        [t[m].tolist() for t, m in zip(ids, mask, strict=True)], skip_special_tokens=True
+    )
+    assert policy.decode(ids[:0], mask[:0]) == []
+
+
 def test_stop_strings_cut_the_trained_tokens(lm_dir: Path) -> None:
     policy = build_policy("causal_lm", pretrained=str(lm_dir))
     ids = torch.tensor([[policy.tokenizer.convert_tokens_to_ids(c) for c in "ab=cd"]])
