@@ -56,21 +56,25 @@ class PhaseTimer:
         self.calls: dict[str, int] = {}
         self._restore: list[tuple[Any, str, Any]] = []
 
-    def _timed(self, function: Callable[..., Any], phase: str) -> Callable[..., Any]:
+    def _timed(
+        self, function: Callable[..., Any], phase: str | Callable[[], str]
+    ) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            name = phase if isinstance(phase, str) else phase()
             synchronize(self.device)
             start = time.perf_counter()
             try:
                 return function(*args, **kwargs)
             finally:
                 synchronize(self.device)
-                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-                self.calls[phase] = self.calls.get(phase, 0) + 1
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+                self.calls[name] = self.calls.get(name, 0) + 1
 
         return timed
 
-    def wrap(self, owner: Any, attribute: str, phase: str) -> None:
-        """Time ``owner.attribute(...)`` (a method or function attribute of an instance)."""
+    def wrap(self, owner: Any, attribute: str, phase: str | Callable[[], str]) -> None:
+        """Time ``owner.attribute(...)`` (a method or function attribute of an instance);
+        ``phase`` may be a function, asked at each call (e.g. to tell no-grad calls apart)."""
         own = vars(owner).get(attribute)
         self._restore.append((owner, attribute, own))
         setattr(owner, attribute, self._timed(getattr(owner, attribute), phase))

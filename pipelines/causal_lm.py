@@ -15,6 +15,7 @@ every completion starts at column ``P``; position ids count real tokens only.
 from __future__ import annotations
 
 import inspect
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
@@ -83,22 +84,36 @@ class CausalLMPolicy(TransformersPolicy):
 
     # -- prompts and text -------------------------------------------------------------------------
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, P]`` left-padded prompt ids and attention mask (on the model's device)."""
+        """``[B, P]`` left-padded prompt ids and attention mask (on the model's device).
+
+        Each distinct prompt is formatted and tokenized once and its row repeated: a rollout
+        batch holds every prompt ``group_size`` times, and the padded width (the longest
+        prompt's) is the same either way."""
         tok = self.tokenizer
         tok.padding_side, tok.truncation_side = "left", "left"
+        distinct = list(dict.fromkeys(prompts))
         encoded = tok(
-            self.format_prompts(prompts),
+            self.format_prompts(distinct),
             return_tensors="pt",
             padding=True,
             truncation=self.max_prompt_length is not None,
             max_length=self.max_prompt_length,
             add_special_tokens=not self.chat_template,  # the template adds its own
         )
-        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        if len(distinct) < len(prompts):
+            row = {prompt: i for i, prompt in enumerate(distinct)}
+            index = torch.tensor([row[prompt] for prompt in prompts])
+            ids, mask = ids[index], mask[index]
+        return ids.to(self.device), mask.to(self.device)
 
     def decode(self, tokens: torch.Tensor, mask: torch.Tensor) -> list[str]:
         """Completion texts (special tokens dropped) of ``tokens [B, T]`` where ``mask``."""
-        rows = [t[m].tolist() for t, m in zip(tokens.cpu(), mask.cpu(), strict=True)]
+        # Select on Python lists: indexing the tensor row by row costs ~10 us a row.
+        rows = [
+            list(compress(ids, keep))
+            for ids, keep in zip(tokens.tolist(), mask.tolist(), strict=True)
+        ]
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     def cut_at_stop_strings(

@@ -13,6 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
+# Logits per chunk of ``selected_log_probs`` (64 MiB in float32) when that is more than 4 rows.
+CHUNK_ELEMENTS = 2**24
+
+
+def default_rows_per_chunk(shape: tuple[int, ...] | torch.Size) -> int:
+    """Rows of ``[B, T, V]`` logits that ``selected_log_probs`` scores at once: 4, or as many
+    as hold ``CHUNK_ELEMENTS`` logits."""
+    return max(4, CHUNK_ELEMENTS // max(1, shape[1] * shape[2]))
+
 
 @dataclass
 class TokenStep:
@@ -49,11 +58,16 @@ class TokenSampler:
         return torch.log_softmax(logits.float() / scale, dim=-1)
 
     def selected_log_probs(
-        self, logits: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 4
+        self, logits: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int | None = None
     ) -> torch.Tensor:
         """``log_softmax(logits / T)`` at ``targets`` only, ``[B, T]`` from ``[B, T, V]`` logits,
         a few rows at a time: a float32 ``[B, T, V]`` copy of a 150k-token vocabulary would
-        cost gigabytes for a minibatch of long answers."""
+        cost gigabytes for a minibatch of long answers. ``rows_per_chunk`` defaults to 4 rows,
+        or to as many as hold ``CHUNK_ELEMENTS`` logits when rows are small (a small vocabulary
+        is scored in one piece instead of a Python loop over 4-row slices). Each row's values
+        do not depend on the chunking."""
+        if rows_per_chunk is None:
+            rows_per_chunk = default_rows_per_chunk(logits.shape)
         scale = self.temperature if self.temperature > 0 else 1.0
         chunks = []
         for start in range(0, logits.shape[0], rows_per_chunk):

@@ -113,6 +113,53 @@ def test_generation_log_probs_match_a_full_forward(lm_dir: Path) -> None:
         assert int(out.tokens[row, last]) in policy.eos_token_ids
 
 
+@pytest.mark.parametrize("max_prompt_length", [None, 6])
+def test_repeated_prompts_are_tokenized_once(lm_dir: Path, max_prompt_length: int | None) -> None:
+    """A rollout batch repeats each prompt ``group_size`` times: each distinct prompt is
+    tokenized once and its row repeated, with exactly the ids and mask of tokenizing all."""
+    policy = build_policy("causal_lm", pretrained=str(lm_dir), max_prompt_length=max_prompt_length)
+    prompts = ["write 3+4", "say a", "write 3+4", "say a", "a", "write 3+4 now", "a"]
+    tok = policy.tokenizer
+    seen: list[list[str]] = []
+    calls = tok.__class__.__call__
+
+    def counted(self, text, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(text))
+        return calls(self, text, *args, **kwargs)
+
+    tok.padding_side, tok.truncation_side = "left", "left"
+    expected = calls(
+        tok,
+        prompts,
+        return_tensors="pt",
+        padding=True,
+        truncation=max_prompt_length is not None,
+        max_length=max_prompt_length,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tok.__class__, "__call__", counted)
+        ids, mask = policy.encode_prompts(prompts)
+    assert seen == [["write 3+4", "say a", "a", "write 3+4 now"]]
+    assert torch.equal(ids, expected["input_ids"])
+    assert torch.equal(mask, expected["attention_mask"])
+
+
+def test_decode_keeps_the_masked_tokens_without_special_ones(lm_dir: Path) -> None:
+    policy = build_policy("causal_lm", pretrained=str(lm_dir))
+    tok = policy.tokenizer
+    rows = ("ab=cd", "x+1yz", "hello")
+    ids = torch.tensor([[tok.convert_tokens_to_ids(c) for c in t] for t in rows])
+    ids[2, 3] = tok.eos_token_id  # special tokens are dropped
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    decoded = policy.decode(ids, mask)
+    # This word-level tokenizer joins tokens with spaces.
+    assert [text.replace(" ", "") for text in decoded] == ["ab=", "x1y", "helo"]
+    assert decoded == tok.batch_decode(
+        [t[m].tolist() for t, m in zip(ids, mask, strict=True)], skip_special_tokens=True
+    )
+    assert policy.decode(ids[:0], mask[:0]) == []
+
+
 def test_stop_strings_cut_the_trained_tokens(lm_dir: Path) -> None:
     policy = build_policy("causal_lm", pretrained=str(lm_dir))
     ids = torch.tensor([[policy.tokenizer.convert_tokens_to_ids(c) for c in "ab=cd"]])

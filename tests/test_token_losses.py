@@ -112,6 +112,31 @@ def test_selected_log_probs_equal_the_full_log_softmax() -> None:
     )
 
 
+def test_selected_log_probs_do_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small rows are scored in one piece by default, large ones 4 rows at a time; values and
+    gradients are the same bits either way."""
+    import samplers.autoregressive as autoregressive
+    from samplers.autoregressive import TokenSampler
+
+    sampler = TokenSampler(temperature=0.7)
+    logits = torch.randn(12, 9, 29, generator=torch.Generator().manual_seed(0))
+    targets = torch.randint(29, (12, 9), generator=torch.Generator().manual_seed(1))
+    weights = torch.linspace(-1, 1, 12 * 9).view(12, 9)
+    results = []
+    for rows in (1, 4, None):
+        x = logits.clone().requires_grad_(True)
+        values = sampler.selected_log_probs(x, targets, rows_per_chunk=rows)
+        (values * weights).sum().backward()
+        results.append((values.detach(), x.grad))
+    for values, grad in results[1:]:
+        assert torch.equal(values, results[0][0]) and torch.equal(grad, results[0][1])
+    # The default chunk: as many rows as hold CHUNK_ELEMENTS logits, at least 4.
+    assert autoregressive.default_rows_per_chunk(logits.shape) >= 12
+    assert autoregressive.default_rows_per_chunk((16, 512, 151_936)) == 4
+    monkeypatch.setattr(autoregressive, "CHUNK_ELEMENTS", 5 * 9 * 29)
+    assert autoregressive.default_rows_per_chunk(logits.shape) == 5
+
+
 def test_top_p_is_measured_on_the_top_k_distribution() -> None:
     from samplers.autoregressive import TokenSampler
 
