@@ -8,22 +8,20 @@ through peft, full fine-tuning, the reference policy and checkpoints come from
 ``TrainablePolicy``; ``export`` writes a peft adapter or a ``save_pretrained`` model plus the
 tokenizer.
 
-Layout of a batch: prompts left-padded to ``P`` tokens, completions right-padded to ``T``, so
-every completion starts at column ``P``; position ids count real tokens only.
+Layout of a batch (``pipelines/transformers_base.py``): prompts left-padded to ``P`` tokens,
+completions right-padded to ``T``, so every completion starts at column ``P``; position ids count
+real tokens only.
 """
 
 from __future__ import annotations
 
 import inspect
-from itertools import compress
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from pipelines.base import disable_dropout
-from pipelines.transformers_base import TransformersPolicy, load_model_and_tokenizer
+from pipelines.transformers_base import TransformersPolicy, eos_ids, load_model_and_tokenizer
 from samplers.autoregressive import Generation, TokenSampler, generate
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -65,18 +63,14 @@ class CausalLMPolicy(TransformersPolicy):
                 AutoModelForCausalLM.from_pretrained,
                 "causal LM",
             )
-        self.tokenizer = tokenizer
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token  # batched prompts need a pad id
-        self.use_chat_template(chat_template)
+        self._adopt(
+            model,
+            tokenizer,
+            chat_template=chat_template,
+            gradient_checkpointing=gradient_checkpointing,
+            pad_fallback=tokenizer.eos_token,
+        )
         self.max_prompt_length = max_prompt_length
-        if gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        disable_dropout(model)
-        self.network: nn.Module = model.requires_grad_(False)
-        self.module = self.network
         self.eos_token_ids = eos_ids(model, tokenizer)
         parameters = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in parameters
@@ -84,37 +78,13 @@ class CausalLMPolicy(TransformersPolicy):
 
     # -- prompts and text -------------------------------------------------------------------------
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, P]`` left-padded prompt ids and attention mask (on the model's device).
-
-        Each distinct prompt is formatted and tokenized once and its row repeated: a rollout
-        batch holds every prompt ``group_size`` times, and the padded width (the longest
-        prompt's) is the same either way."""
-        tok = self.tokenizer
-        tok.padding_side, tok.truncation_side = "left", "left"
-        distinct = list(dict.fromkeys(prompts))
-        encoded = tok(
-            self.format_prompts(distinct),
-            return_tensors="pt",
-            padding=True,
-            truncation=self.max_prompt_length is not None,
-            max_length=self.max_prompt_length,
+        """``[B, P]`` left-padded prompt ids and attention mask (the last ``max_prompt_length``
+        tokens of each)."""
+        return self._encode(
+            prompts,
             add_special_tokens=not self.chat_template,  # the template adds its own
+            max_length=self.max_prompt_length,
         )
-        ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        if len(distinct) < len(prompts):
-            row = {prompt: i for i, prompt in enumerate(distinct)}
-            index = torch.tensor([row[prompt] for prompt in prompts])
-            ids, mask = ids[index], mask[index]
-        return ids.to(self.device), mask.to(self.device)
-
-    def decode(self, tokens: torch.Tensor, mask: torch.Tensor) -> list[str]:
-        """Completion texts (special tokens dropped) of ``tokens [B, T]`` where ``mask``."""
-        # Select on Python lists: indexing the tensor row by row costs ~10 us a row.
-        rows = [
-            list(compress(ids, keep))
-            for ids, keep in zip(tokens.tolist(), mask.tolist(), strict=True)
-        ]
-        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     def cut_at_stop_strings(
         self, tokens: torch.Tensor, mask: torch.Tensor, stop_strings: list[str]
@@ -178,52 +148,25 @@ class CausalLMPolicy(TransformersPolicy):
             generator,
         )
 
-    def token_log_probs(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        completion_start: int,
-        sampler: TokenSampler,
+    def completion_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
     ) -> torch.Tensor:
-        """``[B, T]`` float32 ``log p(x_t | x_<t)`` of the completion tokens
-        ``input_ids[:, completion_start:]`` under the active (or reference) model."""
-        module = self._active_module()
+        """``[B, length, V]``: position ``t - 1`` predicts token ``t``; position ids count real
+        tokens only, as in sampling."""
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        num_completion = input_ids.shape[1] - completion_start
         kwargs: dict[str, Any] = {}
         if self._logits_to_keep:  # only the logits that score completion tokens
-            kwargs["logits_to_keep"] = num_completion + 1
-        logits = module(
+            kwargs["logits_to_keep"] = length + 1
+        logits = self._active_module()(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **kwargs
         ).logits
-        logits = logits[:, -(num_completion + 1) : -1]  # position t-1 predicts token t
-        return sampler.selected_log_probs(logits, input_ids[:, completion_start:])
+        return logits[:, -(length + 1) : -1]
 
     # -- training setup and export ------------------------------------------------------------------
     def default_lora_targets(self) -> list[str]:
-        names = {
-            n.rsplit(".", 1)[-1]
-            for n, m in self.network.named_modules()
-            if isinstance(m, nn.Linear)
-        }
+        names = self.linear_layer_names()
         targets = [t for t in LORA_TARGETS if t in names]
         return targets or sorted(names - {"lm_head"})
-
-
-def eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """End ids from the generation config (may list several, e.g. chat models) and tokenizer."""
-    ids: set[int] = set()
-    generation = getattr(model, "generation_config", None)
-    configured = getattr(generation, "eos_token_id", None) if generation is not None else None
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(int(i) for i in configured)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    if not ids:
-        raise ValueError("the tokenizer and generation config define no end-of-sequence token")
-    return sorted(ids)
 
 
 EMBEDDED_COUNTDOWN_LM = Path(__file__).resolve().parents[1] / "genrl" / "assets" / "countdown_lm"

@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from pipelines.base import disable_dropout
-from pipelines.transformers_base import TransformersPolicy, load_model_and_tokenizer
+from pipelines.transformers_base import TransformersPolicy, eos_ids, load_model_and_tokenizer
 from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
 
 
@@ -62,23 +60,17 @@ class MaskedLMPolicy(TransformersPolicy):
                 "a masked-diffusion LM needs a mask token: the tokenizer names none, so set "
                 "policy.kwargs.mask_token_id (LLaDA: 126336)"
             )
-        self.tokenizer = tokenizer
         self.mask_token_id = int(mask_token_id)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token or tokenizer.mask_token
-        self.use_chat_template(chat_template)
-        if gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        disable_dropout(model)
+        self._adopt(
+            model,
+            tokenizer,
+            chat_template=chat_template,
+            gradient_checkpointing=gradient_checkpointing,
+            pad_fallback=tokenizer.eos_token or tokenizer.mask_token,
+        )
         self._takes_position_ids = "position_ids" in inspect.signature(model.forward).parameters
-        self.network: nn.Module = model.requires_grad_(False)
-        self.module = self.network
         # Where an answer ends: end-of-sequence ids of the generation config and tokenizer,
         # or BERT-style [SEP]; none means every completion position is part of the answer.
-        from pipelines.causal_lm import eos_ids
-
         try:
             self.eos_token_ids = eos_ids(model, tokenizer)
         except ValueError:
@@ -86,16 +78,9 @@ class MaskedLMPolicy(TransformersPolicy):
             self.eos_token_ids = [int(sep)] if sep is not None else []
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, P]`` left-padded prompt ids and attention mask."""
-        tok = self.tokenizer
-        tok.padding_side = "left"
-        encoded = tok(
-            self.format_prompts(prompts),
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,  # a chat template adds its own; plain prompts stay as is
-        )
-        return encoded["input_ids"].to(self.device), encoded["attention_mask"].to(self.device)
+        """``[B, P]`` left-padded prompt ids and attention mask; a chat template adds its own
+        special tokens, plain prompts stay as they are."""
+        return self._encode(prompts, add_special_tokens=False)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``[B, P + L, V]`` logits of the active (or reference) model. Positions count real
@@ -128,29 +113,14 @@ class MaskedLMPolicy(TransformersPolicy):
             generator,
         )
 
-    def token_log_probs(
-        self,
-        inputs: torch.Tensor,
-        attention_mask: torch.Tensor,
-        targets: torch.Tensor,
-        completion_start: int,
+    def completion_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
     ) -> torch.Tensor:
-        """``[B, L]`` float32 ``log p(target_t | inputs)`` at every completion position (the
-        estimator decides which positions count)."""
-        logits = self.logits(inputs, attention_mask)[:, completion_start:]
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-    def decode(self, tokens: torch.Tensor) -> list[str]:
-        return self.tokenizer.batch_decode(tokens.cpu().tolist(), skip_special_tokens=True)
+        """``[B, length, V]``: a masked LM predicts every position from the whole input."""
+        return self.logits(input_ids, attention_mask)[:, -length:]
 
     def default_lora_targets(self) -> list[str]:
-        names = {
-            n.rsplit(".", 1)[-1]
-            for n, m in self.network.named_modules()
-            if isinstance(m, nn.Linear)
-        }
-        return sorted(names - {"decoder", "lm_head"})
+        return sorted(self.linear_layer_names() - {"decoder", "lm_head"})
 
 
 def _load_masked_lm(pretrained: str, dtype: torch.dtype, trust_remote_code: bool) -> Any:

@@ -1,17 +1,25 @@
 """What the token policies built on transformers checkpoints share: loading model and tokenizer
-with clear errors, and saving in the ecosystem's format (a peft adapter or ``save_pretrained``,
-with the tokenizer)."""
+with clear errors, one batch layout (prompts left-padded to ``P`` tokens, then the completion),
+tokenizing and decoding, scoring ``log p(target | input)`` through ``selected_log_probs``, and
+saving in the ecosystem's format (a peft adapter or ``save_pretrained``, with the tokenizer).
+
+Each adapter supplies the model-specific step: which logits score the completion
+(``completion_logits``), how it samples (``generate``), and its end tokens."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from pipelines.base import TrainablePolicy
+from pipelines.base import TrainablePolicy, disable_dropout
 from pipelines.loading import require_local_or_reachable
+from samplers.autoregressive import selected_log_probs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,12 +56,125 @@ def load_model_and_tokenizer(
     return model, tokenizer
 
 
-class TransformersPolicy(TrainablePolicy):
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """End ids from the generation config (may list several, e.g. chat models) and tokenizer."""
+    ids: set[int] = set()
+    generation = getattr(model, "generation_config", None)
+    configured = getattr(generation, "eos_token_id", None) if generation is not None else None
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ValueError("the tokenizer and generation config define no end-of-sequence token")
+    return sorted(ids)
+
+
+class TransformersPolicy(TrainablePolicy, abc.ABC):
     """Base of ``CausalLMPolicy`` and ``MaskedLMPolicy``: float32 trainable weights whatever
-    the storage dtype, and export with the tokenizer."""
+    the storage dtype, and export with the tokenizer.
+
+    Attributes:
+        tokenizer: the checkpoint's tokenizer.
+        eos_token_ids: ids that end an answer (empty: every completion position belongs to it).
+    """
 
     tokenizer: Any
     chat_template: bool = False
+    eos_token_ids: list[int]
+
+    def _adopt(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        chat_template: bool,
+        gradient_checkpointing: bool,
+        pad_fallback: str | None,
+    ) -> None:
+        """Take ``model`` and ``tokenizer`` as this policy's: a pad token (``pad_fallback`` when
+        the tokenizer has none; batched prompts need one), the chat template, gradient
+        checkpointing, dropout off, weights frozen until ``setup_training``."""
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = pad_fallback
+        self.use_chat_template(chat_template)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        disable_dropout(model)
+        self.network = model.requires_grad_(False)
+        self.module = self.network
+
+    # -- prompts and text -------------------------------------------------------------------------
+    def _encode(
+        self, prompts: list[str], *, add_special_tokens: bool, max_length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, P]`` left-padded prompt ids and attention mask (on the model's device), the
+        last ``max_length`` tokens of each when set.
+
+        Each distinct prompt is formatted and tokenized once and its row repeated: a rollout
+        batch holds every prompt ``group_size`` times, and the padded width (the longest
+        prompt's) is the same either way."""
+        tok = self.tokenizer
+        tok.padding_side, tok.truncation_side = "left", "left"
+        distinct = list(dict.fromkeys(prompts))
+        encoded = tok(
+            self.format_prompts(distinct),
+            return_tensors="pt",
+            padding=True,
+            truncation=max_length is not None,
+            max_length=max_length,
+            add_special_tokens=add_special_tokens,
+        )
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        if len(distinct) < len(prompts):
+            row = {prompt: i for i, prompt in enumerate(distinct)}
+            index = torch.tensor([row[prompt] for prompt in prompts])
+            ids, mask = ids[index], mask[index]
+        return ids.to(self.device), mask.to(self.device)
+
+    def decode(self, tokens: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        """Completion texts (special tokens dropped) of ``tokens [B, T]`` where ``mask``."""
+        # Select on Python lists: indexing the tensor row by row costs ~10 us a row.
+        rows = [
+            list(compress(ids, keep))
+            for ids, keep in zip(tokens.tolist(), mask.tolist(), strict=True)
+        ]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    # -- scoring -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def completion_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+    ) -> torch.Tensor:
+        """``[B, length, V]`` logits of the active (or reference) model that score the last
+        ``length`` positions of ``input_ids [B, P + length]``."""
+
+    def token_log_probs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float = 1.0,
+    ) -> torch.Tensor:
+        """``[B, T]`` float32 ``log p(targets_t | input_ids)`` at temperature ``temperature``
+        (0 scores at 1) for the completion, the last ``T`` columns of ``input_ids``. A causal LM
+        reads its own completion (``targets`` = those columns); a masked-diffusion LM reads a
+        corrupted one (``targets`` = the sampled tokens)."""
+        logits = self.completion_logits(input_ids, attention_mask, targets.shape[1])
+        return selected_log_probs(logits, targets, temperature)
+
+    def linear_layer_names(self) -> set[str]:
+        """Last name components of the network's ``nn.Linear`` modules (LoRA targets)."""
+        return {
+            n.rsplit(".", 1)[-1]
+            for n, m in self.network.named_modules()
+            if isinstance(m, nn.Linear)
+        }
 
     def use_chat_template(self, enabled: bool) -> None:
         """Wrap each prompt as a user message with the tokenizer's chat template."""

@@ -23,6 +23,29 @@ def default_rows_per_chunk(shape: tuple[int, ...] | torch.Size) -> int:
     return max(4, CHUNK_ELEMENTS // max(1, shape[1] * shape[2]))
 
 
+def selected_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    rows_per_chunk: int | None = None,
+) -> torch.Tensor:
+    """``log_softmax(logits / T)`` at ``targets`` only, ``[B, T]`` from ``[B, T, V]`` logits
+    (temperature 0, greedy decoding, is scored at 1), a few rows at a time: a float32
+    ``[B, T, V]`` copy of a 150k-token vocabulary would cost gigabytes for a minibatch of long
+    answers. ``rows_per_chunk`` defaults to 4 rows, or to as many as hold ``CHUNK_ELEMENTS``
+    logits when rows are small (a small vocabulary is scored in one piece instead of a Python
+    loop over 4-row slices). Each row's values do not depend on the chunking."""
+    if rows_per_chunk is None:
+        rows_per_chunk = default_rows_per_chunk(logits.shape)
+    scale = temperature if temperature > 0 else 1.0
+    chunks = []
+    for start in range(0, logits.shape[0], rows_per_chunk):
+        part = logits[start : start + rows_per_chunk].float() / scale
+        chosen = part.gather(-1, targets[start : start + rows_per_chunk, :, None]).squeeze(-1)
+        chunks.append(chosen - part.logsumexp(dim=-1))
+    return torch.cat(chunks)
+
+
 @dataclass
 class TokenStep:
     """One sampled token per row: ``tokens [B]`` long and their ``log_probs [B]`` float32."""
@@ -60,21 +83,8 @@ class TokenSampler:
     def selected_log_probs(
         self, logits: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int | None = None
     ) -> torch.Tensor:
-        """``log_softmax(logits / T)`` at ``targets`` only, ``[B, T]`` from ``[B, T, V]`` logits,
-        a few rows at a time: a float32 ``[B, T, V]`` copy of a 150k-token vocabulary would
-        cost gigabytes for a minibatch of long answers. ``rows_per_chunk`` defaults to 4 rows,
-        or to as many as hold ``CHUNK_ELEMENTS`` logits when rows are small (a small vocabulary
-        is scored in one piece instead of a Python loop over 4-row slices). Each row's values
-        do not depend on the chunking."""
-        if rows_per_chunk is None:
-            rows_per_chunk = default_rows_per_chunk(logits.shape)
-        scale = self.temperature if self.temperature > 0 else 1.0
-        chunks = []
-        for start in range(0, logits.shape[0], rows_per_chunk):
-            part = logits[start : start + rows_per_chunk].float() / scale
-            chosen = part.gather(-1, targets[start : start + rows_per_chunk, :, None]).squeeze(-1)
-            chunks.append(chosen - part.logsumexp(dim=-1))
-        return torch.cat(chunks)
+        """``selected_log_probs`` at this sampler's temperature."""
+        return selected_log_probs(logits, targets, self.temperature, rows_per_chunk)
 
     def step(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> TokenStep:
         """Sample one token per row of ``logits [B, V]``."""

@@ -104,7 +104,7 @@ def test_generation_log_probs_match_a_full_forward(lm_dir: Path) -> None:
     out = policy.generate(ids, mask, sampler, 6, torch.Generator().manual_seed(0))
     full_ids = torch.cat([ids, out.tokens], 1)
     attention = torch.cat([mask, out.mask.long()], 1)
-    rescored = policy.token_log_probs(full_ids, attention, ids.shape[1], sampler)
+    rescored = policy.token_log_probs(full_ids, attention, out.tokens, sampler.temperature)
     # Cached incremental decoding and one full forward agree up to float rounding.
     assert torch.allclose(rescored * out.mask, out.log_probs, atol=1e-5)
     finished_rows = out.finished.nonzero().flatten().tolist()

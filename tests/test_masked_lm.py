@@ -367,8 +367,8 @@ def test_left_padding_does_not_move_bert_log_probs(tmp_path: Path) -> None:
     )  # fmt: skip
     ids = torch.tensor([[5, 6, 7, 1, 1, 9]])
     targets = torch.tensor([[8, 9]])
-    plain = policy.token_log_probs(ids, torch.ones_like(ids), targets, 4)
+    plain = policy.token_log_probs(ids, torch.ones_like(ids), targets)
     padded_ids = torch.cat([torch.zeros(1, 2, dtype=torch.long), ids], dim=1)
     mask = torch.cat([torch.zeros(1, 2, dtype=torch.long), torch.ones_like(ids)], dim=1)
-    padded = policy.token_log_probs(padded_ids, mask, targets, 6)
+    padded = policy.token_log_probs(padded_ids, mask, targets)
     torch.testing.assert_close(padded, plain, atol=1e-5, rtol=0)

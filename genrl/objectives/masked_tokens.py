@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.losses import token_policy_loss
-from genrl.objectives.base import StepContext
 from genrl.objectives.dllm_estimators import ESTIMATORS, LikelihoodEstimator
 from genrl.objectives.tokens import TokenObjective
 from genrl.overrides import ConfigError
@@ -120,41 +118,18 @@ class MaskedTokenPolicyGradient(TokenObjective):
             ref_log_probs=counted[:, :0].float(),
             advantages=batch.advantages[rows],
         )
-
-        def score(chunk: slice) -> torch.Tensor:
-            return self._log_probs(policy, units.select(chunk))
-
-        if self.scores_old(len(units)):
-            units.old_log_probs = self.in_chunks(score, len(units)) * counted
-        if self.config.kl_beta > 0:
-            with policy.reference():
-                units.ref_log_probs = self.in_chunks(score, len(units)) * counted
+        units.old_log_probs, units.ref_log_probs = self.old_and_reference(policy, units)
         return units
 
-    @staticmethod
-    def _log_probs(policy: Any, units: MaskedUnits) -> torch.Tensor:
-        start = units.inputs.shape[1] - units.targets.shape[1]
-        return policy.token_log_probs(units.inputs, units.attention_mask, units.targets, start)
+    def log_probs(self, policy: Any, units: MaskedUnits) -> torch.Tensor:  # type: ignore[override]
+        """At temperature 1, as both released codes score (d1, MaskGRPO)."""
+        return policy.token_log_probs(units.inputs, units.attention_mask, units.targets)
 
     def counted(self, units: MaskedUnits) -> torch.Tensor:  # type: ignore[override]
         return units.counted
 
-    def loss(
-        self, policy: Any, minibatch: MaskedUnits, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        mb = minibatch
-        return token_policy_loss(
-            self.surrogate,
-            self._log_probs(policy, mb),
-            mb.old_log_probs,
-            mb.ref_log_probs,
-            mb.advantages,
-            mb.counted,
-            kl_beta=self.config.kl_beta,
-            kl_estimator=self.config.kl_estimator,
-            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
-            extra={"counted_tokens": mb.counted.float().sum(1).mean()},
-        )
+    def extra_metrics(self, units: MaskedUnits) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return {"counted_tokens": units.counted.float().sum(1).mean()}
 
 
 __all__ = ["MaskedTokenPolicyGradient", "MaskedViewsConfig"]

@@ -15,6 +15,7 @@ count of DAPO's step-wide mean); ``TokenPolicyGradient`` scores a causal LM's co
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,9 +144,18 @@ class TokenObjective(Objective):
             return None
         return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
 
+    @abc.abstractmethod
+    def log_probs(self, policy: Any, units: Batch) -> torch.Tensor:
+        """``[U, T]`` log-probs of the scored tokens of ``units`` under the active model."""
+
+    @abc.abstractmethod
     def counted(self, units: Batch) -> torch.Tensor:
         """``[U, T]`` bool, the tokens of ``units`` that enter the loss."""
-        raise NotImplementedError
+
+    def extra_metrics(self, units: Batch) -> dict[str, torch.Tensor]:
+        """Further metrics of a minibatch (means over its units)."""
+        del units
+        return {}
 
     def loss_tokens(self, units: Batch) -> int | None:
         if self.config.aggregation != "token_mean":
@@ -156,11 +166,45 @@ class TokenObjective(Objective):
         """Whether old log-probs need a forward of their own (see ``updates_once``)."""
         return not updates_once(self.train_config, units)
 
-    def in_chunks(self, score: Any, rows: int) -> torch.Tensor:
-        """``score(slice)`` over ``rows`` in chunks of ``train.minibatch_size``, concatenated:
-        scoring costs at most one training minibatch of activation memory."""
+    def old_and_reference(self, policy: Any, units: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[U, T]`` old log-probs (``[U, 0]`` when ``updates_once`` makes training's own
+        forward on-policy) and reference log-probs (``[U, 0]`` without KL), 0 where not
+        counted, in chunks of ``train.minibatch_size`` units: scoring costs at most one training
+        minibatch of activation memory."""
+        counted = self.counted(units)
+        old = ref = counted[:, :0].float()
         size = self.train_config.train.minibatch_size
-        return torch.cat([score(slice(i, i + size)) for i in range(0, rows, size)])
+
+        def score() -> torch.Tensor:
+            chunks = [
+                self.log_probs(policy, units.select(slice(i, i + size)))
+                for i in range(0, len(units), size)
+            ]
+            return torch.cat(chunks) * counted
+
+        if self.scores_old(len(units)):
+            old = score()
+        if self.config.kl_beta > 0:
+            with policy.reference():
+                ref = score()
+        return old, ref
+
+    def loss(
+        self, policy: Any, minibatch: Batch, step: StepContext | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        mb: Any = minibatch
+        return token_policy_loss(
+            self.surrogate,
+            self.log_probs(policy, mb),
+            mb.old_log_probs,
+            mb.ref_log_probs,
+            mb.advantages,
+            self.counted(mb),
+            kl_beta=self.config.kl_beta,
+            kl_estimator=self.config.kl_estimator,
+            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
+            extra=self.extra_metrics(mb),
+        )
 
 
 class TokenPolicyGradient(TokenObjective):
@@ -177,51 +221,29 @@ class TokenPolicyGradient(TokenObjective):
         super().__init__(config, train_config, ratio_level)
         self.rollout = rollout
 
-    def _log_probs(self, policy: Any, units: TokenRollout) -> torch.Tensor:
+    def log_probs(self, policy: Any, units: TokenRollout) -> torch.Tensor:  # type: ignore[override]
+        completion = units.input_ids[:, units.completion_start :]
+        temperature = self.rollout.sampler.temperature
         return policy.token_log_probs(
-            units.input_ids, units.attention_mask, units.completion_start, self.rollout.sampler
+            units.input_ids, units.attention_mask, completion, temperature
         )
-
-    @torch.no_grad()
-    def units(self, policy: Any, batch: TokenRollout, noise: RolloutNoise) -> TokenRollout:  # type: ignore[override]
-        """The completions with their old log-probs (the computation training repeats, so the
-        first update is exactly on-policy; ``[N, 0]`` when one optimizer step makes training's
-        own forward on-policy) and reference log-probs (``[N, 0]`` without KL)."""
-        del noise
-        old = ref = batch.old_log_probs[:, :0]
-
-        def score(rows: slice) -> torch.Tensor:
-            return self._log_probs(policy, batch.select(rows))
-
-        if self.scores_old(len(batch)):
-            old = self.in_chunks(score, len(batch)) * batch.completion_mask
-        if self.config.kl_beta > 0:
-            with policy.reference():
-                ref = self.in_chunks(score, len(batch)) * batch.completion_mask
-        return dataclasses.replace(batch, old_log_probs=old, ref_log_probs=ref)
 
     def counted(self, units: TokenRollout) -> torch.Tensor:  # type: ignore[override]
         return units.completion_mask
 
-    def loss(
-        self, policy: Any, minibatch: TokenRollout, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        mb = minibatch
-        return token_policy_loss(
-            self.surrogate,
-            self._log_probs(policy, mb),
-            mb.old_log_probs,
-            mb.ref_log_probs,
-            mb.advantages,
-            mb.completion_mask,
-            kl_beta=self.config.kl_beta,
-            kl_estimator=self.config.kl_estimator,
-            tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
-            extra={
-                "completion_length": mb.completion_mask.float().sum(1).mean(),
-                "truncated_fraction": (~mb.finished).float().mean(),
-            },
-        )
+    def extra_metrics(self, units: TokenRollout) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return {
+            "completion_length": units.completion_mask.float().sum(1).mean(),
+            "truncated_fraction": (~units.finished).float().mean(),
+        }
+
+    @torch.no_grad()
+    def units(self, policy: Any, batch: TokenRollout, noise: RolloutNoise) -> TokenRollout:  # type: ignore[override]
+        """The completions with their old log-probs (the computation training repeats, so the
+        first update is exactly on-policy) and reference log-probs."""
+        del noise
+        old, ref = self.old_and_reference(policy, batch)
+        return dataclasses.replace(batch, old_log_probs=old, ref_log_probs=ref)
 
 
 __all__ = [

@@ -48,9 +48,7 @@ class UnmaskingRollout(Rollout):
         valid = up_to_end(out.tokens, policy.eos_token_ids)
         return MaskedSamples(
             prompts=list(prompts),
-            completions=policy.decode(
-                out.tokens.masked_fill(~valid, policy.tokenizer.pad_token_id)
-            ),
+            completions=policy.decode(out.tokens, valid),
             group_ids=group_ids,
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
@@ -77,7 +75,7 @@ class UnmaskingRollout(Rollout):
                 prompt_ids, prompt_mask, self.eval_sampler, self.length, generator
             )
             valid = up_to_end(out.tokens, policy.eos_token_ids)
-            return policy.decode(out.tokens.masked_fill(~valid, policy.tokenizer.pad_token_id))
+            return policy.decode(out.tokens, valid)
 
         return outputs
 
