@@ -29,7 +29,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import torch
 from safetensors import SafetensorError
@@ -83,8 +83,9 @@ def save_checkpoint(
     summary = {k: v for k, v in state.items() if isinstance(v, int | float | str)}
     writers: dict[str, Callable[[_HashingWriter], object]] = {
         "trainable.safetensors": lambda f: f.write(_safetensors(trainable)),
-        "optimizer.pt": lambda f: torch.save(optimizer, f),
-        "state.pt": lambda f: torch.save(full_state, f),
+        # torch.save only calls write(); the writer hashes what passes through.
+        "optimizer.pt": lambda f: torch.save(optimizer, cast(IO[bytes], f)),
+        "state.pt": lambda f: torch.save(full_state, cast(IO[bytes], f)),
         "state.json": lambda f: f.write(
             json.dumps({"iteration": iteration, **summary}, indent=2).encode()
         ),

@@ -403,7 +403,8 @@ def _listen_problem(err: OSError, host: str, port: int) -> str:
         "a --port of 1024 or more",
         errno.EADDRNOTAVAIL: "this machine has no such address; use --host 127.0.0.1 or 0.0.0.0",
     }
-    return f"{where}: {reasons.get(err.errno, err.strerror or str(err))}"
+    reason = reasons.get(err.errno) if err.errno is not None else None
+    return f"{where}: {reason or err.strerror or str(err)}"
 
 
 def cmd_train_reward(args: argparse.Namespace) -> int:

@@ -19,7 +19,10 @@ from genrl.advantages import decoupled_group_rewards
 from genrl.allocation import collect_varied_groups
 from genrl.config import TrainConfig
 from genrl.groups import expand_groups, gather, gather_scores
+from genrl.objectives.base import Objective
+from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
+from genrl.rollouts.base import Rollout
 
 
 @dataclass
@@ -64,9 +67,9 @@ class BatchCollector:
         self,
         config: TrainConfig,
         accelerator: Any,
-        policy: Any,
-        rollout: Any,
-        objective: Any,
+        policy: Policy,
+        rollout: Rollout[Any, Any],
+        objective: Objective[Any, Any, Any],
         reward: Any,
         prompts: Any,
         local: slice,
@@ -108,6 +111,7 @@ class BatchCollector:
             counts = self.accelerator.gather(torch.tensor([count], device=self.policy.device))
             return int(counts.min())
 
+        rollout: Any
         rollout, rounds = collect_varied_groups(
             lambda round_index: self.collect_round(iteration, round_index),
             target_groups=t.prompts_per_iteration // num_processes,
@@ -223,13 +227,9 @@ class BatchCollector:
             global_prompts[:: cfg.train.group_size], cfg.train.group_size
         )
         with torch.no_grad(), self.accelerator.autocast():
-            condition = self.policy.encode_prompts(local_prompts)
-        rollout = self.rollout.from_samples(
-            local_prompts,
-            global_group_ids[self.local].to(self.policy.device),
-            condition,
-            samples.to(self.policy.device),
-        )
+            rollout = self.rollout.from_stored(
+                self.policy, local_prompts, global_group_ids[self.local], samples
+            )
         t_read = time.perf_counter()
         advantages = self.advantages(rollout, scores, global_prompts, global_group_ids)
         noise = RolloutNoise(

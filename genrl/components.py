@@ -9,10 +9,11 @@ import torch
 
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import Policy
 from pipelines.loading import MissingExtraError, missing_extra
 
 
-def build_policy_from(config: TrainConfig) -> Any:
+def build_policy_from(config: TrainConfig) -> Policy:
     """The adapter of ``config.policy`` (weights loaded, not yet set up for training)."""
     from pipelines import build_policy
 

@@ -13,7 +13,7 @@ import math
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from genrl.overrides import ConfigError, unknown_message
 
@@ -92,7 +92,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
             raise ConfigError(unknown_message(key, sorted(names), where))
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
-            value = _build(hint, value, where)
+            value = _build(cast(type, hint), value, where)
         elif typing.get_origin(hint) is list and dataclasses.is_dataclass(typing.get_args(hint)[0]):
             if not isinstance(value, list):
                 raise ConfigError(f"{where}: expected a list of sections, {_kind(value)}")

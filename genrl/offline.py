@@ -16,8 +16,10 @@ from typing import Any
 import torch
 
 from genrl.groups import expand_groups, gather
+from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 from genrl.rollout_store import GroupRecord, RolloutStore
+from genrl.rollouts.base import Rollout
 
 # Fill batches draw noise from their own seed space, apart from training iterations'.
 FILL_SEED_OFFSET = 900_001
@@ -71,7 +73,9 @@ class OfflineSource:
         per = t.prompts_per_iteration
         return -(-t.offline_groups // per) * per
 
-    def fill(self, policy: Any, rollout: Any, reward: Any, prompts: Any, local: slice) -> int:
+    def fill(
+        self, policy: Policy, rollout: Rollout[Any, Any], reward: Any, prompts: Any, local: slice
+    ) -> int:
         """Sample, score and append the missing groups; returns how many were added."""
         cfg, acc = self.config, self.accelerator
         per, size = cfg.train.prompts_per_iteration, cfg.train.group_size
@@ -107,7 +111,7 @@ class OfflineSource:
                             samples=samples[g * size : (g + 1) * size],
                             rewards={k: v[g * size : (g + 1) * size] for k, v in gathered.items()},
                             seeds=[cfg.seed + FILL_SEED_OFFSET, batch, g],
-                            sampler=_sampler_record(cfg, reward),
+                            sampler=_sampler_record(cfg, reward, rollout),
                         )
                         for g, prompt in enumerate(chunk)
                     ]
@@ -209,14 +213,14 @@ class OfflineSource:
         return global_prompts[local], samples, scores, global_prompts
 
 
-def _sampler_record(config: Any, reward: Any) -> dict[str, Any]:
-    """What a group was sampled and scored with (stored with it, checked by later runs)."""
-    s = config.sampler
+def _sampler_record(
+    config: Any, reward: Any, rollout: Rollout[Any, Any] | None = None
+) -> dict[str, Any]:
+    """What a group was sampled and scored with (stored with it; later runs check the policy
+    and the rewards): the rollout's own description (``Rollout.describe``), the policy, the
+    algorithm and the reward weights."""
     return {
-        "sampler": "ode",
-        "num_steps": s.num_steps,
-        "shift": s.shift,
-        "guidance_scale": s.guidance_scale,
+        **(rollout.describe() if rollout is not None else {}),
         "policy": config.policy.pretrained or config.policy.name,
         "algorithm": config.algorithm.name,
         "reward_weights": {model.name: float(weight) for model, weight in reward.rewards},

@@ -13,6 +13,7 @@ from genrl.config import TrainConfig
 from genrl.ema import EMA
 from genrl.metrics import MeanAccumulator
 from genrl.objectives.base import StepContext
+from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 
 
@@ -31,7 +32,7 @@ class Updater:
     """
 
     def __init__(
-        self, config: TrainConfig, policy: Any, accelerator: Any, units_per_iteration: int
+        self, config: TrainConfig, policy: Policy, accelerator: Any, units_per_iteration: int
     ) -> None:
         o, t = config.optim, config.train
         self.config = config

@@ -40,7 +40,8 @@ def _child(obj: Any, part: str, path: str) -> Any:
         if part == str(len(obj)) and obj and dataclasses.is_dataclass(obj[0]):
             # One past the end of a list of sections adds an entry with default fields, so that
             # ``--set reward.1.name=artifact_probe`` adds a second reward.
-            obj.append(type(obj[0])())
+            first: Any = obj[0]
+            obj.append(type(first)())
         return obj[_list_index(obj, part, path)]
     if isinstance(obj, dict):
         if part not in obj:

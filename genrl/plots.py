@@ -40,7 +40,7 @@ def save_sample_grid(
             if index >= len(images):
                 break
             # Nearest-neighbour upscaling keeps the pixels of tiny images honest.
-            img = _to_pil(images[index]).resize((cell, cell), Image.NEAREST)
+            img = _to_pil(images[index]).resize((cell, cell), Image.Resampling.NEAREST)
             grid.paste(img, (label_w + col * (cell + gap), top))
     path.parent.mkdir(parents=True, exist_ok=True)
     grid.save(path)

@@ -99,8 +99,17 @@ def _pad_columns(
     return out
 
 
+class FlowBatch(Batch):
+    """Base of the batches of flow rollouts: they end in clean samples (``final``)."""
+
+    @property
+    def final(self) -> torch.Tensor:
+        """``[N, *event]`` clean samples (what the rewards score)."""
+        raise NotImplementedError
+
+
 @dataclass
-class FlowTrajectory(Batch):
+class FlowTrajectory(FlowBatch):
     """Trajectories of a flow model sampled with a stochastic sampler.
 
     Attributes:
@@ -141,7 +150,7 @@ class FlowTrajectory(Batch):
 
 
 @dataclass
-class TreeTrajectories(Batch):
+class TreeTrajectories(FlowBatch):
     """The leaves of this process's trees (per-sample fields) and the trees themselves
     (BranchGRPO's rollout).
 
@@ -215,7 +224,7 @@ class FlowTransitions(Batch):
 
 
 @dataclass
-class FlowEndpoints(Batch):
+class FlowEndpoints(FlowBatch):
     """Clean samples of a flow model (no trajectory): the rollout of regression objectives
     (RAM, GDRO, DiffusionNFT), sampled with any sampler or read from an offline store.
 
@@ -318,7 +327,7 @@ class TokenRollout(Batch):
         return self.completion_mask.sum(dim=1)
 
     @classmethod
-    def concatenate(cls, batches: list[TokenRollout]) -> TokenRollout:  # type: ignore[override]
+    def concatenate(cls, batches: list[TokenRollout]) -> TokenRollout:
         """Concatenate after widening every batch to the longest prompt (padded on the left)
         and the longest completion (on the right); new columns are masked out (attention 0,
         completion mask False), so their token id (0) is never read."""
@@ -395,7 +404,7 @@ class MaskedSamples(Batch):
     excluded: torch.Tensor | None = None
 
     @classmethod
-    def concatenate(cls, batches: list[MaskedSamples]) -> MaskedSamples:  # type: ignore[override]
+    def concatenate(cls, batches: list[MaskedSamples]) -> MaskedSamples:
         """Concatenate after left-padding every batch's prompts to the longest (mask 0)."""
         prompt = max(b.prompt_ids.shape[1] for b in batches)
         aligned = [

@@ -97,9 +97,9 @@ class TrainablePolicy:
             targets = target_modules or self.default_lora_targets()
             lora = LoraConfig(
                 r=rank,
-                lora_alpha=alpha or 2 * rank,
+                lora_alpha=alpha or 2 * rank,  # type: ignore[arg-type]  # peft says int; floats scale alike
                 target_modules=targets,
-                init_lora_weights=self.lora_init,
+                init_lora_weights=self.lora_init,  # type: ignore[arg-type]  # True or a peft init name
             )
             self.network.requires_grad_(False)
             self.network = get_peft_model(self.network, lora)

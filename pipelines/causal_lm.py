@@ -126,7 +126,7 @@ class CausalLMPolicy(TransformersPolicy):
 
         keep = {"logits_to_keep": 1} if self._logits_to_keep else {}
 
-        def next_logits(ids, positions, attention, cache):  # type: ignore[no-untyped-def]
+        def next_logits(ids, positions, attention, cache):
             out = module(
                 input_ids=ids,
                 attention_mask=attention,

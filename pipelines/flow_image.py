@@ -21,7 +21,7 @@ import abc
 import inspect
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -264,7 +264,7 @@ class FlowImagePolicy(FlowPolicy):
         state = get_peft_model_state_dict(self.network)
         prefix = "base_model.model."
         state = {k.removeprefix(prefix): v.detach().cpu().contiguous() for k, v in state.items()}
-        config = self.network.peft_config["default"]  # type: ignore[index]
+        config: Any = cast(Any, self.network).peft_config["default"]  # a peft LoraConfig
         kwargs: dict[str, Any] = {"transformer_lora_layers": state}
         save = type(self.pipe).save_lora_weights
         if "transformer_lora_adapter_metadata" in inspect.signature(save).parameters:

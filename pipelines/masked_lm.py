@@ -98,17 +98,18 @@ class MaskedLMPolicy(TransformersPolicy):
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
         sampler: MaskedDiffusionSampler,
-        length: int,
+        max_new_tokens: int,
         generator: torch.Generator | None = None,
     ) -> MaskedGeneration:
+        """A completion of exactly ``max_new_tokens`` tokens per prompt, revealed by ``sampler``."""
         ones = torch.ones(
-            prompt_ids.shape[0], length, dtype=prompt_mask.dtype, device=prompt_mask.device
+            prompt_ids.shape[0], max_new_tokens, dtype=prompt_mask.dtype, device=prompt_mask.device
         )
         attention = torch.cat([prompt_mask, ones], dim=1)
         return sampler.generate(
             lambda ids: self.logits(ids, attention),
             prompt_ids,
-            length,
+            max_new_tokens,
             self.mask_token_id,
             generator,
         )

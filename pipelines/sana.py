@@ -78,7 +78,7 @@ class SanaPolicy(FlowImagePolicy):
             shift = float(self.pipe.scheduler.config.flow_shift)
             from diffusers import FlowMatchEulerDiscreteScheduler
 
-            scheduler = FlowMatchEulerDiscreteScheduler(shift=shift)
+            scheduler: Any = FlowMatchEulerDiscreteScheduler(shift=shift)
             scheduler.set_timesteps(num_steps)
             return scheduler.sigmas.float().cpu()
         return super().sigma_schedule(num_steps, shift)

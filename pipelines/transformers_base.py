@@ -12,7 +12,7 @@ import abc
 from collections.abc import Callable
 from itertools import compress
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -87,7 +87,7 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
 
     def _adopt(
         self,
-        model: nn.Module,
+        model: Any,
         tokenizer: Any,
         *,
         chat_template: bool,
@@ -205,6 +205,6 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         with the tokenizer."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.network.save_pretrained(str(directory))
+        cast(Any, self.network).save_pretrained(str(directory))  # a transformers or peft model
         self.tokenizer.save_pretrained(str(directory))
         return directory

@@ -106,7 +106,7 @@ class AestheticReward(RewardModel):
             except OSError as err:
                 first = (str(err).strip().splitlines() or [repr(err)])[0]
                 raise ValueError(f"aesthetic: cannot load CLIP {self.model_id!r}: {first}") from err
-            clip = clip.to(self.device).eval().requires_grad_(False)
+            clip = clip.to(self.device).eval().requires_grad_(False)  # type: ignore[arg-type]
             head = load_head(self.head_source, clip.config.projection_dim).to(self.device)
             head.requires_grad_(False)
             self._loaded = (clip, ImagePreprocess.from_image_processor(processor), head)

@@ -80,7 +80,7 @@ def _clip_features(checkpoint: str, device: torch.device) -> Callable[[torch.Ten
     from reward_models.vision import ImagePreprocess
 
     require_local_or_reachable(checkpoint, "--backbone clip:DIR")
-    model = CLIPModel.from_pretrained(checkpoint).to(device).eval().requires_grad_(False)
+    model = CLIPModel.from_pretrained(checkpoint).to(device).eval().requires_grad_(False)  # type: ignore[arg-type]
     preprocess = ImagePreprocess.from_image_processor(
         CLIPImageProcessor.from_pretrained(checkpoint)
     )
@@ -97,6 +97,9 @@ def _clip_features(checkpoint: str, device: torch.device) -> Callable[[torch.Ten
 class ArtifactProbe(nn.Module):
     """Standardised features -> logit of P(artifact): linear (``hidden=0``) or a one-hidden-layer
     MLP."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
 
     def __init__(self, feature_dim: int, hidden: int = 0) -> None:
         super().__init__()

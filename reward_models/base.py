@@ -137,7 +137,7 @@ class CallableReward(RewardModel):
 
     def __init__(self, fn: Callable[..., Sequence[float | None]], name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "callable_reward")
+        self.name = name or str(getattr(fn, "__name__", "callable_reward"))
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None

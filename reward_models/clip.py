@@ -80,7 +80,7 @@ class CLIPSimilarityReward(RewardModel):
                     f"reward {self.name!r}: cannot load {self.model_id!r} / "
                     f"{self.processor_id!r}: {str(err).strip().splitlines()[0]}"
                 ) from err
-            model = model.to(self.device).eval().requires_grad_(False)
+            model = model.to(self.device).eval().requires_grad_(False)  # type: ignore[arg-type]
             self._loaded = (model, tokenizer, ImagePreprocess.from_image_processor(image_processor))
         return self._loaded
 

@@ -204,7 +204,7 @@ class ImageReward(RewardModel):
             tokenizer = BertTokenizer.from_pretrained(self.tokenizer_id)
             tokenizer.add_special_tokens({"bos_token": "[DEC]"})
             tokenizer.add_special_tokens({"additional_special_tokens": ["[ENC]"]})
-            size = vision.config.image_size
+            size: Any = vision.config.image_size  # an int for BLIP's ViT
             preprocess = ImagePreprocess(size, (size, size), CLIP_MEAN, CLIP_STD)
             self._loaded = (
                 model.to(self.device).eval().requires_grad_(False),

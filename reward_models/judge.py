@@ -105,7 +105,7 @@ class ArtifactJudgeReward(RewardModel):
                 first = (str(err).strip().splitlines() or [repr(err)])[0]
                 raise ValueError(f"artifact_judge: cannot load {self.model_id!r}: {first}") from err
             processor.tokenizer.padding_side = "left"  # the answer is read at the last column
-            model = model.to(self.device).eval().requires_grad_(False)
+            model = model.to(self.device).eval().requires_grad_(False)  # type: ignore[arg-type]
             yes = self._token_ids(processor.tokenizer, self.yes_words)
             no = self._token_ids(processor.tokenizer, self.no_words)
             if not yes or not no:

@@ -140,12 +140,12 @@ def post_json(
         request = urllib.request.Request(url, data, headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                body = reply.read()
+                answer = reply.read()
             try:
-                return json.loads(body)
+                return json.loads(answer)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise RewardError(
-                    f"{url} answered with something that is not JSON: {body[:200]!r}"
+                    f"{url} answered with something that is not JSON: {answer[:200]!r}"
                 ) from None
         except urllib.error.HTTPError as err:
             message = _error_message(err)

@@ -99,6 +99,7 @@ class RewardServer:
     @property
     def address(self) -> str:
         host, port = self._httpd.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
 
     def start(self) -> RewardServer:

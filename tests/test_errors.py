@@ -145,3 +145,25 @@ def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(trainer.objective, "loss", exploding_loss)
     with pytest.raises(NonFiniteLossError, match=r"the loss is inf .*clip_fraction="):
         trainer.train()
+
+
+def test_a_policy_of_the_wrong_kind_is_named(tmp_path: Path) -> None:
+    """The policy protocols (genrl/protocols.py) are checked when an algorithm binds its
+    rollout: an LM with a flow algorithm fails with a sentence, not an AttributeError."""
+    from genrl.overrides import ConfigError
+    from genrl.protocols import CausalTokenPolicy, FlowPolicy, MaskedTokenPolicy, Policy
+    from pipelines import build_policy
+
+    toy = build_policy("toy_digits")
+    lm = build_policy("countdown_lm")
+    dllm = build_policy("sudoku_dllm")
+    assert isinstance(toy, FlowPolicy) and isinstance(toy, Policy)
+    assert not isinstance(toy, CausalTokenPolicy) and not isinstance(lm, FlowPolicy)
+    assert isinstance(lm, CausalTokenPolicy) and not isinstance(lm, MaskedTokenPolicy)
+    assert isinstance(dllm, MaskedTokenPolicy) and not isinstance(dllm, CausalTokenPolicy)
+    from genrl.config import PolicyConfig
+
+    config = tiny_config(tmp_path)
+    config.policy = PolicyConfig(name="countdown_lm")
+    with pytest.raises(ConfigError, match="flow_grpo trains a flow-matching generator"):
+        Trainer(config, run_dir=tmp_path / "run")

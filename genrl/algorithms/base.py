@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from genrl.config import TrainConfig
     from genrl.objectives.base import Objective
+    from genrl.protocols import Policy
     from genrl.rollouts.base import Rollout
 
 
@@ -41,7 +42,7 @@ class Algorithm(abc.ABC):
     supports_offline: ClassVar[bool] = False
     """True when the objective needs only clean samples and rewards, so iterations may read
     groups from an offline store (``train.offline_store``) through the rollout's
-    ``from_samples(prompts, group_ids, condition, samples)``."""
+    ``from_stored(policy, prompts, group_ids, samples)``."""
     group_units: ClassVar[bool] = False
     """True when every training unit holds a whole group, so each process needs whole groups."""
 
@@ -50,9 +51,10 @@ class Algorithm(abc.ABC):
         self.train_config = train_config
 
     @abc.abstractmethod
-    def build(self, policy: Any) -> tuple[Rollout, Objective]:
+    def build(self, policy: Policy) -> tuple[Rollout[Any, Any], Objective[Any, Any, Any]]:
         """The rollout and the objective of a run, bound to its policy (e.g. samplers on the
-        model's own noise schedule). Called once, after the policy is set up for training."""
+        model's own noise schedule). Called once, after the policy is set up for training;
+        refuses (``genrl.protocols.require``) a policy of the wrong kind."""
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -19,6 +19,7 @@ from typing import Any
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.tree_policy_gradient import TreePolicyGradient, TreePolicyGradientConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.tree import BranchingRollout, BranchingRolloutConfig
 
 
@@ -50,9 +51,10 @@ class BranchGRPO(Algorithm):
     Config = BranchGRPOConfig
     config: BranchGRPOConfig
 
-    def build(self, policy: Any) -> tuple[BranchingRollout, TreePolicyGradient]:
+    def build(self, policy: Policy) -> tuple[BranchingRollout, TreePolicyGradient]:
         t = self.train_config.train
-        rollout = BranchingRollout(self.config, self.train_config, policy)
+        flow = require(policy, FlowPolicy, "branch_grpo")
+        rollout = BranchingRollout(self.config, self.train_config, flow)
         return rollout, TreePolicyGradient(self.config, rollout, t.group_size, t.iterations)
 
 

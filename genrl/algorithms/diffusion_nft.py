@@ -23,6 +23,7 @@ from typing import Any, Literal
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import NFTObjective, NFTObjectiveConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
 
 
@@ -58,6 +59,7 @@ class DiffusionNFT(Algorithm):
     Config = DiffusionNFTConfig
     config: DiffusionNFTConfig
 
-    def build(self, policy: Any) -> tuple[EndpointRollout, NFTObjective]:
-        rollout = EndpointRollout(self.train_config, policy, lagged=self.config)
+    def build(self, policy: Policy) -> tuple[EndpointRollout, NFTObjective]:
+        flow = require(policy, FlowPolicy, "diffusion_nft")
+        rollout = EndpointRollout(self.train_config, flow, lagged=self.config)
         return rollout, NFTObjective(self.config, rollout, self.train_config.train.group_size)

@@ -20,6 +20,7 @@ from typing import Any
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.flow_policy_gradient import FlowPolicyGradient, FlowPolicyGradientConfig
+from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.flow_sde import FlowSDERollout
 
 
@@ -41,12 +42,12 @@ class FlowGRPO(Algorithm):
     Config = FlowGRPOConfig
     config: FlowGRPOConfig
 
-    def build(self, policy: Any) -> tuple[FlowSDERollout, FlowPolicyGradient]:
+    def build(self, policy: Policy) -> tuple[FlowSDERollout, FlowPolicyGradient]:
         """The SDE rollout on the policy's noise schedule (measuring the per-step KL for
         ``kl_reward``, keeping step means for ``ratio_norm``) and Flow-GRPO's objective."""
         rollout = FlowSDERollout.from_config(
             self.train_config,
-            policy,
+            require(policy, FlowPolicy, "flow_grpo"),
             measure_kl=self.config.kl_reward > 0,
             keep_means=self.config.ratio_norm,
         )

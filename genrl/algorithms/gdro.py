@@ -21,6 +21,7 @@ from typing import Any
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import GDROObjective, GDROObjectiveConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout
 
 
@@ -47,6 +48,7 @@ class GDRO(Algorithm):
     group_units = True
     supports_offline = True
 
-    def build(self, policy: Any) -> tuple[EndpointRollout, GDROObjective]:
-        rollout = EndpointRollout(self.train_config, policy, lagged=None)
+    def build(self, policy: Policy) -> tuple[EndpointRollout, GDROObjective]:
+        flow = require(policy, FlowPolicy, "gdro")
+        rollout = EndpointRollout(self.train_config, flow, lagged=None)
         return rollout, GDROObjective(self.config, rollout, self.train_config.train.group_size)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.tokens import TokenPolicyGradient, TokenPolicyGradientConfig
+from genrl.protocols import CausalTokenPolicy, Policy, require
 from genrl.rollouts.tokens import AutoregressiveRollout
 
 
@@ -39,8 +40,8 @@ class GRPO(Algorithm):
     Config = GRPOConfig
     config: GRPOConfig
 
-    def build(self, policy: Any) -> tuple[AutoregressiveRollout, TokenPolicyGradient]:
-        del policy
+    def build(self, policy: Policy) -> tuple[AutoregressiveRollout, TokenPolicyGradient]:
+        require(policy, CausalTokenPolicy, "grpo")
         rollout = AutoregressiveRollout(self.train_config)
         objective = TokenPolicyGradient(
             self.config, rollout, self.train_config, self.config.ratio_level

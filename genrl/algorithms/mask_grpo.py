@@ -16,6 +16,7 @@ from typing import Any, Literal
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient, MaskedViewsConfig
 from genrl.objectives.tokens import TokenPolicyGradientConfig
+from genrl.protocols import MaskedTokenPolicy, Policy, require
 from genrl.rollouts.masked import UnmaskingRollout
 
 
@@ -45,7 +46,7 @@ class MaskGRPO(Algorithm):
     Config = MaskGRPOConfig
     config: MaskGRPOConfig
 
-    def build(self, policy: Any) -> tuple[UnmaskingRollout, MaskedTokenPolicyGradient]:
-        del policy
+    def build(self, policy: Policy) -> tuple[UnmaskingRollout, MaskedTokenPolicyGradient]:
+        require(policy, MaskedTokenPolicy, self.config.name)
         rollout = UnmaskingRollout(self.train_config)
         return rollout, MaskedTokenPolicyGradient(self.config, self.train_config)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import RAMObjective, RAMObjectiveConfig
+from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
 
 
@@ -55,6 +56,7 @@ class RAM(Algorithm):
     Config = RAMConfig
     config: RAMConfig
 
-    def build(self, policy: Any) -> tuple[EndpointRollout, RAMObjective]:
-        rollout = EndpointRollout(self.train_config, policy, lagged=self.config)
+    def build(self, policy: Policy) -> tuple[EndpointRollout, RAMObjective]:
+        flow = require(policy, FlowPolicy, "ram")
+        rollout = EndpointRollout(self.train_config, flow, lagged=self.config)
         return rollout, RAMObjective(self.config, rollout, self.train_config.train.group_size)

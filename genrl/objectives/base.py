@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
+from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 from genrl.rollout import Batch
+
+P = TypeVar("P", bound=Policy)
+B = TypeVar("B", bound=Batch)
+U = TypeVar("U", bound=Batch)
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,11 @@ def updates_once(train_config: Any, units: int) -> bool:
     return t.inner_epochs == 1 and minibatches <= t.gradient_accumulation_steps
 
 
-class Objective(abc.ABC):
-    """Base of every objective."""
+class Objective(abc.ABC, Generic[P, B, U]):
+    """Base of every objective: ``P`` is the policy protocol it scores with
+    (``genrl/protocols.py``), ``B`` the rollout's batch, ``U`` the training units."""
 
-    def advantage_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def advantage_inputs(self, batch: B) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``[n, ...]`` of this process's rollout that ``advantages`` needs
         besides the rewards (e.g. per-step KL, a tree's edge log-probs); the trainer gathers them
         over processes and passes them as keyword arguments."""
@@ -74,7 +80,7 @@ class Objective(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def units(self, policy: Any, batch: Batch, noise: RolloutNoise) -> Batch:
+    def units(self, policy: P, batch: B, noise: RolloutNoise) -> U:
         """Training units of a rollout whose advantages are filled. Runs without gradients,
         under the rollout's numerics, before any update of the iteration."""
 
@@ -84,12 +90,12 @@ class Objective(abc.ABC):
 
     @abc.abstractmethod
     def loss(
-        self, policy: Any, minibatch: Batch, step: StepContext | None = None
+        self, policy: P, minibatch: U, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The scalar loss of a minibatch of units, with metrics. The trainer divides it by
         ``step.minibatches`` and processes average their gradients."""
 
-    def loss_tokens(self, units: Batch) -> int | None:
+    def loss_tokens(self, units: U) -> int | None:
         """How many loss tokens these units hold, when the loss normalises by the tokens of a
         whole optimizer step (DAPO's token mean); None otherwise."""
         del units

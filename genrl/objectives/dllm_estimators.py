@@ -79,7 +79,7 @@ class OneStepEstimator(LikelihoodEstimator):
 
     def views(
         self, prompt, completion, valid, reveal_step, mask_token_id, seed, iteration, num_iterations
-    ):  # type: ignore[no-untyped-def]
+    ):
         del reveal_step, iteration, num_iterations
         draw = torch.rand(prompt.shape, generator=self.generator(seed)).to(prompt.device)
         masked_prompt = prompt.masked_fill(draw < self.prompt_mask_prob, mask_token_id)
@@ -116,7 +116,7 @@ class FadingMaskEstimator(LikelihoodEstimator):
 
     def views(
         self, prompt, completion, valid, reveal_step, mask_token_id, seed, iteration, num_iterations
-    ):  # type: ignore[no-untyped-def]
+    ):
         del reveal_step
         ratio = self.mask_ratio(iteration, num_iterations)
         keep = self.keep_probabilities(completion.shape[1], ratio)
@@ -139,7 +139,7 @@ class RandomRatioEstimator(LikelihoodEstimator):
 
     def views(
         self, prompt, completion, valid, reveal_step, mask_token_id, seed, iteration, num_iterations
-    ):  # type: ignore[no-untyped-def]
+    ):
         del reveal_step, iteration, num_iterations
         generator = self.generator(seed)
         ratio = self.low + (self.high - self.low) * torch.rand(
@@ -157,7 +157,7 @@ class TraceEstimator(LikelihoodEstimator):
 
     def views(
         self, prompt, completion, valid, reveal_step, mask_token_id, seed, iteration, num_iterations
-    ):  # type: ignore[no-untyped-def]
+    ):
         del seed, iteration, num_iterations
         steps = int(reveal_step.max()) + 1
         views = []

@@ -25,6 +25,7 @@ from genrl.advantages import (
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowTrajectory, FlowTransitions, SharedRows
 
@@ -89,7 +90,7 @@ class FlowPolicyGradientConfig(FlowStepLossConfig):
             validate_median_groups(self.advantage, train_config.train.group_size)
 
 
-class FlowPolicyGradient(Objective):
+class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions]):
     """Flow-GRPO's objective over a ``FlowSDERollout``'s trajectories.
 
     Args:
@@ -119,7 +120,7 @@ class FlowPolicyGradient(Objective):
     def num_units(self, num_samples: int) -> int:
         return num_samples * self.num_train_steps
 
-    def advantage_inputs(self, batch: FlowTrajectory) -> dict[str, torch.Tensor]:  # type: ignore[override]
+    def advantage_inputs(self, batch: FlowTrajectory) -> dict[str, torch.Tensor]:
         """The per-step KL measured while sampling, when ``kl_reward`` uses it."""
         if self.config.kl_reward > 0 and batch.step_kl is not None:
             return {"step_kl": batch.step_kl}
@@ -150,7 +151,9 @@ class FlowPolicyGradient(Objective):
             return None
         return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
 
-    def units(self, policy: Any, batch: FlowTrajectory, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
+    def units(
+        self, policy: FlowPolicy, batch: FlowTrajectory, noise: RolloutNoise
+    ) -> FlowTransitions:
         """Pick ``num_train_steps`` trainable steps per trajectory and flatten them (without the
         trajectories whose advantages are all zero, with ``drop_zero_advantages``)."""
         del policy
@@ -208,7 +211,7 @@ class FlowPolicyGradient(Objective):
         return nonzero.nonzero()[:, 0]
 
     def loss(
-        self, policy: Any, minibatch: FlowTransitions, step: StepContext | None = None
+        self, policy: FlowPolicy, minibatch: FlowTransitions, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         del step
         return self.step_loss(policy, minibatch)

@@ -21,6 +21,7 @@ import torch
 from genrl.losses import ClippedSurrogate, gaussian_mean_kl
 from genrl.objectives.regression_losses import per_sample_mean
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rollout import FlowTransitions
 
 
@@ -115,7 +116,9 @@ class FlowStepLoss:
             config.clip_range, config.clip_range_high, config.clip_ratio_c
         )
 
-    def __call__(self, policy: Any, mb: FlowTransitions) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(
+        self, policy: FlowPolicy, mb: FlowTransitions
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         sampler = self.rollout.sampler
         sigmas = sampler.sigmas.to(mb.sample.device)
         sigma = sigmas[mb.timestep_index]

@@ -23,6 +23,7 @@ import torch
 from genrl.objectives.dllm_estimators import ESTIMATORS, LikelihoodEstimator
 from genrl.objectives.tokens import TokenObjective
 from genrl.overrides import ConfigError
+from genrl.protocols import MaskedTokenPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import MaskedSamples, MaskedUnits
 from samplers.masked import MaskedDiffusionSampler
@@ -58,7 +59,7 @@ class MaskedViewsConfig:
             )
 
     def make_estimator(self) -> LikelihoodEstimator:
-        options: dict[str, dict[str, Any]] = {
+        options: dict[str, Any] = {
             "maskgrpo": {
                 "ratio_floor": self.mask_ratio_floor,
                 "count_tail": self.post_eos == "count",
@@ -68,7 +69,7 @@ class MaskedViewsConfig:
         return ESTIMATORS[self.estimator](**options)
 
 
-class MaskedTokenPolicyGradient(TokenObjective):
+class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples, MaskedUnits]):
     """The token objective over an ``UnmaskingRollout``'s samples, one unit per (sample, view).
 
     Args:
@@ -92,7 +93,9 @@ class MaskedTokenPolicyGradient(TokenObjective):
         return num_samples * self.num_views
 
     @torch.no_grad()
-    def units(self, policy: Any, batch: MaskedSamples, noise: RolloutNoise) -> MaskedUnits:  # type: ignore[override]
+    def units(
+        self, policy: MaskedTokenPolicy, batch: MaskedSamples, noise: RolloutNoise
+    ) -> MaskedUnits:
         """``N * V`` units, view-major within each sample. View ``j`` draws its seed from the
         iteration's ``MASK_VIEWS + j`` stream (offset by this process's first sample), so the
         old, current and reference policies score the same corruption."""
@@ -121,14 +124,14 @@ class MaskedTokenPolicyGradient(TokenObjective):
         units.old_log_probs, units.ref_log_probs = self.old_and_reference(policy, units)
         return units
 
-    def log_probs(self, policy: Any, units: MaskedUnits) -> torch.Tensor:  # type: ignore[override]
+    def log_probs(self, policy: MaskedTokenPolicy, units: MaskedUnits) -> torch.Tensor:
         """At temperature 1, as both released codes score (d1, MaskGRPO)."""
         return policy.token_log_probs(units.inputs, units.attention_mask, units.targets)
 
-    def counted(self, units: MaskedUnits) -> torch.Tensor:  # type: ignore[override]
+    def counted(self, units: MaskedUnits) -> torch.Tensor:
         return units.counted
 
-    def extra_metrics(self, units: MaskedUnits) -> dict[str, torch.Tensor]:  # type: ignore[override]
+    def extra_metrics(self, units: MaskedUnits) -> dict[str, torch.Tensor]:
         return {"counted_tokens": units.counted.float().sum(1).mean()}
 
 

@@ -17,6 +17,7 @@ import torch
 
 from genrl.objectives.base import Objective
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowEndpoints, NoisedEndpoints, SharedRows
 
@@ -71,7 +72,7 @@ def sample_times(
     raise ValueError(f"unknown time_sampling {kind!r}")
 
 
-class EndpointRegression(Objective):
+class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
     """Base of the regression objectives: units from noised endpoints; subclasses give the
     advantages and the loss.
 
@@ -97,7 +98,9 @@ class EndpointRegression(Objective):
             return num_samples // self.group_size * k
         return num_samples * k
 
-    def units(self, policy: Any, batch: FlowEndpoints, noise: RolloutNoise) -> NoisedEndpoints:  # type: ignore[override]
+    def units(
+        self, policy: FlowPolicy, batch: FlowEndpoints, noise: RolloutNoise
+    ) -> NoisedEndpoints:
         """``noisings_per_sample`` draws of ``(t, eps)`` per sample (per group for group units),
         from the iteration's streams: the same draws on any number of processes."""
         del policy
@@ -149,7 +152,9 @@ class EndpointRegression(Objective):
             self.tracker.load_state_dict(state["tracker"])
 
 
-def unit_velocity(policy: Any, units: NoisedEndpoints, guidance_scale: float = 1.0) -> torch.Tensor:
+def unit_velocity(
+    policy: FlowPolicy, units: NoisedEndpoints, guidance_scale: float = 1.0
+) -> torch.Tensor:
     """``[U, M, *event]`` velocity of ``policy`` (current, or reference / lagged inside their
     contexts) at the units' noised states."""
     x = units.noised

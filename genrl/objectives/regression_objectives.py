@@ -16,6 +16,7 @@ from genrl.objectives.base import StepContext
 from genrl.objectives.regression import EndpointRegression, NoisingConfig, unit_velocity
 from genrl.objectives.regression_losses import GroupRankingLoss, NFTLoss, RAMLoss
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowEndpoints, NoisedEndpoints
 
@@ -78,7 +79,7 @@ class RAMObjective(EndpointRegression):
         return self.tracker.update(prompts, rewards)
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
+        self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         del step
         mb = minibatch
@@ -153,7 +154,9 @@ class GDROObjective(EndpointRegression):
         means, _, inverse = group_moments(rewards, group_ids)
         return rewards - means[inverse]
 
-    def units(self, policy: Any, batch: FlowEndpoints, noise: RolloutNoise) -> NoisedEndpoints:  # type: ignore[override]
+    def units(
+        self, policy: FlowPolicy, batch: FlowEndpoints, noise: RolloutNoise
+    ) -> NoisedEndpoints:
         units = super().units(policy, batch, noise)
         if not self.config.share_noise:  # one eps per member: its own stream
             size = units.clean.shape[1]
@@ -168,7 +171,7 @@ class GDROObjective(EndpointRegression):
         return units
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
+        self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         del step
         mb = minibatch
@@ -255,7 +258,7 @@ class NFTObjective(EndpointRegression):
         return (advantages / (2 * self.config.advantage_clip) + 0.5).clamp(0, 1)
 
     def loss(
-        self, policy: Any, minibatch: NoisedEndpoints, step: StepContext | None = None
+        self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         del step
         mb = minibatch

@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -26,8 +26,13 @@ from genrl.advantages import median_centered_advantages, sequence_advantages, va
 from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.overrides import ConfigError
+from genrl.protocols import CausalTokenPolicy, TokenPolicy
 from genrl.rng import RolloutNoise
 from genrl.rollout import Batch, TokenRollout
+
+TP = TypeVar("TP", bound=TokenPolicy)
+TB = TypeVar("TB", bound=Batch)
+TU = TypeVar("TU", bound=Batch)
 
 
 @dataclass
@@ -92,7 +97,7 @@ class TokenPolicyGradientConfig:
             validate_median_groups(self.advantage, train_config.train.group_size)
 
 
-class TokenObjective(Objective):
+class TokenObjective(Objective[TP, TB, TU]):
     """What the token objectives share: group advantages, the clipped surrogate, and the loss
     token count of a step-wide token mean.
 
@@ -103,7 +108,10 @@ class TokenObjective(Objective):
     """
 
     def __init__(
-        self, config: TokenPolicyGradientConfig, train_config: Any, ratio_level: str = "token"
+        self,
+        config: TokenPolicyGradientConfig,
+        train_config: Any,
+        ratio_level: Literal["token", "sequence"] = "token",
     ) -> None:
         self.config = config
         self.train_config = train_config
@@ -145,19 +153,19 @@ class TokenObjective(Objective):
         return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
 
     @abc.abstractmethod
-    def log_probs(self, policy: Any, units: Batch) -> torch.Tensor:
+    def log_probs(self, policy: TP, units: TU) -> torch.Tensor:
         """``[U, T]`` log-probs of the scored tokens of ``units`` under the active model."""
 
     @abc.abstractmethod
-    def counted(self, units: Batch) -> torch.Tensor:
+    def counted(self, units: TU) -> torch.Tensor:
         """``[U, T]`` bool, the tokens of ``units`` that enter the loss."""
 
-    def extra_metrics(self, units: Batch) -> dict[str, torch.Tensor]:
+    def extra_metrics(self, units: TU) -> dict[str, torch.Tensor]:
         """Further metrics of a minibatch (means over its units)."""
         del units
         return {}
 
-    def loss_tokens(self, units: Batch) -> int | None:
+    def loss_tokens(self, units: TU) -> int | None:
         if self.config.aggregation != "token_mean":
             return None
         return int(self.counted(units).sum())
@@ -166,7 +174,7 @@ class TokenObjective(Objective):
         """Whether old log-probs need a forward of their own (see ``updates_once``)."""
         return not updates_once(self.train_config, units)
 
-    def old_and_reference(self, policy: Any, units: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def old_and_reference(self, policy: TP, units: TU) -> tuple[torch.Tensor, torch.Tensor]:
         """``[U, T]`` old log-probs (``[U, 0]`` when ``updates_once`` makes training's own
         forward on-policy) and reference log-probs (``[U, 0]`` without KL), 0 where not
         counted, in chunks of ``train.minibatch_size`` units: scoring costs at most one training
@@ -190,9 +198,9 @@ class TokenObjective(Objective):
         return old, ref
 
     def loss(
-        self, policy: Any, minibatch: Batch, step: StepContext | None = None
+        self, policy: TP, minibatch: TU, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        mb: Any = minibatch
+        mb: Any = minibatch  # every token unit type has these fields
         return token_policy_loss(
             self.surrogate,
             self.log_probs(policy, mb),
@@ -207,7 +215,7 @@ class TokenObjective(Objective):
         )
 
 
-class TokenPolicyGradient(TokenObjective):
+class TokenPolicyGradient(TokenObjective[CausalTokenPolicy, TokenRollout, TokenRollout]):
     """The GRPO family's objective over an ``AutoregressiveRollout``'s completions: one unit per
     completion, scored by a full forward with the rollout sampler's temperature."""
 
@@ -216,29 +224,31 @@ class TokenPolicyGradient(TokenObjective):
         config: TokenPolicyGradientConfig,
         rollout: Any,
         train_config: Any,
-        ratio_level: str = "token",
+        ratio_level: Literal["token", "sequence"] = "token",
     ) -> None:
         super().__init__(config, train_config, ratio_level)
         self.rollout = rollout
 
-    def log_probs(self, policy: Any, units: TokenRollout) -> torch.Tensor:  # type: ignore[override]
+    def log_probs(self, policy: CausalTokenPolicy, units: TokenRollout) -> torch.Tensor:
         completion = units.input_ids[:, units.completion_start :]
         temperature = self.rollout.sampler.temperature
         return policy.token_log_probs(
             units.input_ids, units.attention_mask, completion, temperature
         )
 
-    def counted(self, units: TokenRollout) -> torch.Tensor:  # type: ignore[override]
+    def counted(self, units: TokenRollout) -> torch.Tensor:
         return units.completion_mask
 
-    def extra_metrics(self, units: TokenRollout) -> dict[str, torch.Tensor]:  # type: ignore[override]
+    def extra_metrics(self, units: TokenRollout) -> dict[str, torch.Tensor]:
         return {
             "completion_length": units.completion_mask.float().sum(1).mean(),
             "truncated_fraction": (~units.finished).float().mean(),
         }
 
     @torch.no_grad()
-    def units(self, policy: Any, batch: TokenRollout, noise: RolloutNoise) -> TokenRollout:  # type: ignore[override]
+    def units(
+        self, policy: CausalTokenPolicy, batch: TokenRollout, noise: RolloutNoise
+    ) -> TokenRollout:
         """The completions with their old log-probs (the computation training repeats, so the
         first update is exactly on-policy) and reference log-probs."""
         del noise

@@ -25,6 +25,7 @@ from genrl.objectives.tree_pruning import (
     pruned_depths,
 )
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise
 from genrl.rollout import FlowTransitions, SharedRows, TreeTrajectories
 from genrl.tree_advantages import (
@@ -133,7 +134,7 @@ class TreePolicyGradientConfig(FlowStepLossConfig):
         return iterations == 0 or iteration <= int(iterations * self.pruning_fraction)
 
 
-class TreePolicyGradient(Objective):
+class TreePolicyGradient(Objective[FlowPolicy, TreeTrajectories, FlowTransitions]):
     """BranchGRPO's objective over a ``BranchingRollout``'s trees.
 
     Args:
@@ -165,7 +166,7 @@ class TreePolicyGradient(Objective):
         c = self.config
         return num_kept_edges(self.schedule, self.trained, trees, c.width_pruning, c.width_keep)
 
-    def advantage_inputs(self, batch: TreeTrajectories) -> dict[str, torch.Tensor]:  # type: ignore[override]
+    def advantage_inputs(self, batch: TreeTrajectories) -> dict[str, torch.Tensor]:
         """The edges' log-probs along each leaf's path (``[n, T]``), for probability fusion."""
         if self.config.fusion == "mean":
             return {}
@@ -203,7 +204,9 @@ class TreePolicyGradient(Objective):
         per_step = edge_advantages_per_leaf(depth).to(rewards.device)
         return clip_advantages(per_step, c.advantage_clip)
 
-    def units(self, policy: Any, batch: TreeTrajectories, noise: RolloutNoise) -> FlowTransitions:  # type: ignore[override]
+    def units(
+        self, policy: FlowPolicy, batch: TreeTrajectories, noise: RolloutNoise
+    ) -> FlowTransitions:
         del policy
         tree, schedule, c = batch.tree, self.schedule, self.config
         trees = len(batch.prompts) // schedule.num_leaves
@@ -238,7 +241,7 @@ class TreePolicyGradient(Objective):
         )
 
     def loss(
-        self, policy: Any, minibatch: FlowTransitions, step: StepContext | None = None
+        self, policy: FlowPolicy, minibatch: FlowTransitions, step: StepContext | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         del step
         return self.step_loss(policy, minibatch)

@@ -238,6 +238,7 @@ def flux_dev_pickscore() -> TrainConfig:
         },
     )
     config.sampler = SamplerConfig(num_steps=6, noise_level=0.9, guidance_scale=1.0)
+    assert isinstance(config.algorithm, FlowGRPOConfig)
     config.algorithm.cfg_in_training = False
     config.algorithm.drop_zero_advantages = False
     config.train.mixed_precision = "bf16"

@@ -59,6 +59,7 @@ def digits_gdro_offline() -> TrainConfig:
     ``--set train.offline_store=DIR`` puts the store elsewhere."""
     config = digits_gdro()
     config.recipe = "digits_gdro_offline"
+    assert isinstance(config.algorithm, GDROConfig)
     config.algorithm.beta = 2.0
     config.train.offline_store = "runs/digits_gdro_store"
     config.train.offline_groups = 160

@@ -63,6 +63,7 @@ def llm_countdown_mc_grpo() -> TrainConfig:
     """
     config = llm_countdown_grpo()
     config.recipe = "llm_countdown_mc_grpo"
+    assert isinstance(config.algorithm, GRPOConfig)
     config.algorithm.advantage = "median"
     config.train.group_size = 3
     return config

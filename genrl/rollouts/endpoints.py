@@ -19,6 +19,7 @@ import torch
 
 from genrl.ema import EMA
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowEndpoints
 from genrl.rollouts.flow import FlowRollout
@@ -56,7 +57,7 @@ class LaggedCopyConfig:
         return min(ramped, self.sampling_ema_decay)
 
 
-class EndpointRollout(FlowRollout):
+class EndpointRollout(FlowRollout[FlowEndpoints]):
     """ODE endpoints of the policy, or of its lagged copy when ``lagged`` is given.
 
     Args:
@@ -65,7 +66,9 @@ class EndpointRollout(FlowRollout):
         lagged: the lagged copy's schedule; None samples from the current weights.
     """
 
-    def __init__(self, train_config: Any, policy: Any, lagged: LaggedCopyConfig | None) -> None:
+    def __init__(
+        self, train_config: Any, policy: FlowPolicy, lagged: LaggedCopyConfig | None
+    ) -> None:
         super().__init__(train_config)
         s = train_config.sampler
         self.ode = FlowODESampler(policy.sigma_schedule(s.num_steps, s.shift))
@@ -100,7 +103,7 @@ class EndpointRollout(FlowRollout):
 
     @torch.no_grad()
     def collect(
-        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowEndpoints:
         """Deterministic ODE samples (``sampler.num_steps``, ``sampler.guidance_scale``) from
         the lagged copy when there is one: first the copy takes its EMA step towards the
@@ -120,7 +123,7 @@ class EndpointRollout(FlowRollout):
         return self.from_samples(prompts, group_ids, condition, samples)
 
     def _ode(
-        self, policy: Any, x: torch.Tensor, condition: dict[str, torch.Tensor]
+        self, policy: FlowPolicy, x: torch.Tensor, condition: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         guidance = self.train_config.sampler.guidance_scale
         size = self.train_config.train.rollout_batch_size or len(x)
@@ -134,6 +137,25 @@ class EndpointRollout(FlowRollout):
                 xs = self.ode.step(v, i, xs).prev_sample
             chunks.append(xs)
         return torch.cat(chunks)
+
+    def from_stored(
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, samples: torch.Tensor
+    ) -> FlowEndpoints:
+        """Clean samples read from an offline store, with their prompts encoded."""
+        condition = policy.encode_prompts(prompts)
+        device = policy.device
+        return self.from_samples(prompts, group_ids.to(device), condition, samples.to(device))
+
+    def describe(self) -> dict[str, Any]:
+        """The deterministic ODE and its settings (the store's ``sampler`` record)."""
+        s = self.train_config.sampler
+        return {
+            "rollout": type(self).__name__,
+            "sampler": "ode",
+            "num_steps": s.num_steps,
+            "shift": s.shift,
+            "guidance_scale": s.guidance_scale,
+        }
 
     def from_samples(
         self,

@@ -3,18 +3,21 @@ deterministic ODE from fixed-seed noise (the flow rollouts' evaluation)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from genrl.rollout import Batch
+from genrl.protocols import FlowPolicy
+from genrl.rollout import FlowBatch
 from genrl.rollouts.base import OutputFn, Rollout
 from samplers.flow_ode import integrate
+
+FB = TypeVar("FB", bound=FlowBatch)
 
 
 @torch.no_grad()
 def sample_ode(
-    policy: Any,
+    policy: FlowPolicy,
     prompts: list[str],
     noise: torch.Tensor,
     num_steps: int,
@@ -43,7 +46,7 @@ def fixed_seed_batch(
 
 
 def ode_outputs(
-    policy: Any,
+    policy: FlowPolicy,
     prompts: list[str],
     samples_per_prompt: int,
     seed: int,
@@ -62,14 +65,14 @@ def ode_outputs(
     return outputs
 
 
-def decode_in_chunks(policy: Any, latents: torch.Tensor, size: int) -> torch.Tensor:
+def decode_in_chunks(policy: FlowPolicy, latents: torch.Tensor, size: int) -> torch.Tensor:
     """Decode ``[N, *event]`` latents ``size`` at a time (0: all at once); a real model's VAE at
     512 px is a memory peak when it decodes a whole local batch."""
     size = size or len(latents)
     return torch.cat([policy.decode(latents[i : i + size]) for i in range(0, len(latents), size)])
 
 
-class FlowRollout(Rollout):
+class FlowRollout(Rollout[FlowPolicy, FB]):
     """Base of the flow rollouts: outputs are the decoded final samples (``batch.final``), held-out
     outputs the ODE samples of ``eval.num_steps`` steps with the sampler's shift and guidance.
 
@@ -80,13 +83,12 @@ class FlowRollout(Rollout):
     def __init__(self, train_config: Any) -> None:
         self.train_config = train_config
 
-    def outputs(self, policy: Any, batch: Batch) -> torch.Tensor:
+    def outputs(self, policy: FlowPolicy, batch: FB) -> torch.Tensor:
         """Decoded images, in chunks of ``train.rollout_batch_size``."""
-        final = batch.final  # type: ignore[attr-defined]
-        return decode_in_chunks(policy, final, self.train_config.train.rollout_batch_size)
+        return decode_in_chunks(policy, batch.final, self.train_config.train.rollout_batch_size)
 
     def evaluation_outputs(
-        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+        self, policy: FlowPolicy, prompts: list[str], samples_per_prompt: int, seed: int
     ) -> OutputFn:
         s, e = self.train_config.sampler, self.train_config.eval
         return ode_outputs(

@@ -17,6 +17,7 @@ import torch
 
 from genrl.losses import gaussian_mean_kl
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowTrajectory, FlowTransitions
 from genrl.rollouts.flow import FlowRollout
@@ -25,7 +26,7 @@ from samplers.windows import possible_window_starts, sde_window_mask, sde_window
 
 
 @dataclass
-class FlowSDERollout(FlowRollout):
+class FlowSDERollout(FlowRollout[FlowTrajectory]):
     """The samplers and window settings of a flow rollout, built from ``config.sampler`` on the
     policy's own noise schedule (``from_config``)."""
 
@@ -51,7 +52,12 @@ class FlowSDERollout(FlowRollout):
 
     @classmethod
     def from_config(
-        cls, train_config: Any, policy: Any, *, measure_kl: bool = False, keep_means: bool = False
+        cls,
+        train_config: Any,
+        policy: FlowPolicy,
+        *,
+        measure_kl: bool = False,
+        keep_means: bool = False,
     ) -> FlowSDERollout:
         """Samplers on ``policy``'s noise schedule with ``train_config.sampler``'s settings;
         refuses a setting whose trajectories would hold no stochastic step to train."""
@@ -138,7 +144,7 @@ class FlowSDERollout(FlowRollout):
 
     @torch.no_grad()
     def collect(
-        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowTrajectory:
         """Sample this process's trajectories, recording every state and step log-prob."""
         device = policy.device
@@ -205,7 +211,7 @@ class FlowSDERollout(FlowRollout):
 
     def _step_kl(
         self,
-        policy: Any,
+        policy: FlowPolicy,
         x: torch.Tensor,
         sigma: torch.Tensor,
         condition: dict[str, torch.Tensor],
@@ -231,7 +237,7 @@ class FlowSDERollout(FlowRollout):
 
     def _ode_steps(
         self,
-        policy: Any,
+        policy: FlowPolicy,
         x: torch.Tensor,
         condition: dict[str, torch.Tensor],
         sigmas: torch.Tensor,
@@ -246,7 +252,11 @@ class FlowSDERollout(FlowRollout):
         return states
 
     def _velocity(
-        self, policy: Any, x: torch.Tensor, sigma: torch.Tensor, condition: dict[str, torch.Tensor]
+        self,
+        policy: FlowPolicy,
+        x: torch.Tensor,
+        sigma: torch.Tensor,
+        condition: dict[str, torch.Tensor],
     ) -> torch.Tensor:
         """The velocity of a batch, in chunks of ``batch_size`` samples when set (memory)."""
         n = len(x)

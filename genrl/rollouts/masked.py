@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from genrl.protocols import MaskedTokenPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import MaskedSamples
 from genrl.rollouts.base import OutputFn, Rollout
@@ -19,7 +20,7 @@ from genrl.rollouts.tokens import EVAL_SEED_STRIDE
 from samplers.masked import MaskedDiffusionSampler
 
 
-class UnmaskingRollout(Rollout):
+class UnmaskingRollout(Rollout[MaskedTokenPolicy, MaskedSamples]):
     """Completions of a masked-diffusion LM.
 
     Args:
@@ -40,7 +41,11 @@ class UnmaskingRollout(Rollout):
 
     @torch.no_grad()
     def collect(
-        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+        self,
+        policy: MaskedTokenPolicy,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        noise: RolloutNoise,
     ) -> MaskedSamples:
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         generator = noise.device_generator(Streams.TOKEN_SAMPLING, policy.device)
@@ -58,12 +63,12 @@ class UnmaskingRollout(Rollout):
             advantages=torch.zeros(len(prompts), device=out.tokens.device),
         )
 
-    def outputs(self, policy: Any, batch: MaskedSamples) -> list[str]:  # type: ignore[override]
+    def outputs(self, policy: MaskedTokenPolicy, batch: MaskedSamples) -> list[str]:
         del policy
         return batch.completions
 
     def evaluation_outputs(
-        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+        self, policy: MaskedTokenPolicy, prompts: list[str], samples_per_prompt: int, seed: int
     ) -> OutputFn:
         del prompts, samples_per_prompt
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from genrl.protocols import CausalTokenPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import TokenRollout
 from genrl.rollouts.base import OutputFn, Rollout
@@ -21,7 +22,7 @@ from samplers.autoregressive import TokenSampler
 EVAL_SEED_STRIDE = 100_003
 
 
-class AutoregressiveRollout(Rollout):
+class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
     """Sampled completions of a causal LM (or a VLM's language model).
 
     Args:
@@ -40,7 +41,11 @@ class AutoregressiveRollout(Rollout):
 
     @torch.no_grad()
     def collect(
-        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+        self,
+        policy: CausalTokenPolicy,
+        prompts: list[str],
+        group_ids: torch.Tensor,
+        noise: RolloutNoise,
     ) -> TokenRollout:
         g = self.train_config.generation
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
@@ -67,11 +72,11 @@ class AutoregressiveRollout(Rollout):
             advantages=torch.zeros(len(prompts), device=mask.device),
         )
 
-    def outputs(self, policy: Any, batch: TokenRollout) -> list[str]:  # type: ignore[override]
+    def outputs(self, policy: CausalTokenPolicy, batch: TokenRollout) -> list[str]:
         del policy
         return batch.completions
 
-    def reward_metadata(self, batch: TokenRollout) -> list[dict[str, Any]]:  # type: ignore[override]
+    def reward_metadata(self, batch: TokenRollout) -> list[dict[str, Any]]:
         lengths = batch.completion_lengths.tolist()
         finished = batch.finished.tolist()
         return [
@@ -80,7 +85,7 @@ class AutoregressiveRollout(Rollout):
         ]
 
     def evaluation_outputs(
-        self, policy: Any, prompts: list[str], samples_per_prompt: int, seed: int
+        self, policy: CausalTokenPolicy, prompts: list[str], samples_per_prompt: int, seed: int
     ) -> OutputFn:
         """Held-out completions at ``generation.eval_temperature`` (greedy by default), with a
         generator seeded from ``eval.seed`` and the chunk's position when sampling."""

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.overrides import ConfigError
+from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowTransitions, SharedRows, TreeTrajectories
 from genrl.rollouts.flow import FlowRollout
@@ -86,7 +87,7 @@ class BranchingRolloutConfig:
             )
 
 
-class BranchingRollout(FlowRollout):
+class BranchingRollout(FlowRollout[TreeTrajectories]):
     """Trees on the policy's noise schedule with ``train_config.sampler``'s step.
 
     Args:
@@ -95,7 +96,9 @@ class BranchingRollout(FlowRollout):
         policy: the flow policy (its noise schedule).
     """
 
-    def __init__(self, config: BranchingRolloutConfig, train_config: Any, policy: Any) -> None:
+    def __init__(
+        self, config: BranchingRolloutConfig, train_config: Any, policy: FlowPolicy
+    ) -> None:
         super().__init__(train_config)
         s = train_config.sampler
         sigmas = policy.sigma_schedule(s.num_steps, s.shift)
@@ -118,7 +121,7 @@ class BranchingRollout(FlowRollout):
 
     @torch.no_grad()
     def collect(
-        self, policy: Any, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> TreeTrajectories:
         group = self.train_config.train.group_size
         if len(prompts) % group or len(set(group_ids[::group].tolist())) != len(prompts) // group:

@@ -51,6 +51,7 @@ class ToyDigitsPolicy(FlowPolicy):
 
 
 def _base_model(module: nn.Module) -> DigitFlowModel:
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    get_base_model = getattr(module, "get_base_model", None)  # a peft wrapper
+    base = get_base_model() if get_base_model is not None else module
     assert isinstance(base, DigitFlowModel)
     return base
