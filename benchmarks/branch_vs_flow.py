@@ -92,7 +92,7 @@ def task_config(task: str, method: str, root: Path, seed: int = 0) -> Any:
         *common,
         "train.prompts_per_iteration=4",
         "train.minibatch_size=32",
-        "eval.num_steps=4",
+        "sampler.eval_num_steps=4",
         "algorithm.kl_beta=0.0",  # as the tree methods: no reference forward in either
         *method_overrides(method),
     )

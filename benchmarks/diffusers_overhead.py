@@ -46,7 +46,7 @@ import torch
 from timing import DTYPES, PhaseTimer, autocast, synchronize, time_interleaved
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.config import PolicyConfig, SamplerConfig, TrainConfig, TrainLoopConfig
+from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
 from genrl.rng import RolloutNoise
 from genrl.rollouts.flow_sde import FlowSDERollout
@@ -129,7 +129,7 @@ def build_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
         recipe="diffusers_overhead",
         seed=args.seed,
         policy=PolicyConfig(name="sd3", lora_rank=args.lora_rank, lora_alpha=args.lora_alpha),
-        sampler=SamplerConfig(
+        sampler=SDESamplingConfig(
             num_steps=args.steps, noise_level=args.noise_level, guidance_scale=args.guidance
         ),
         algorithm=FlowGRPOConfig(kl_beta=args.kl_beta),

@@ -46,7 +46,7 @@ import torch
 from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.config import PolicyConfig, SamplerConfig, TrainConfig, TrainLoopConfig
+from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
 from genrl.rng import RolloutNoise
 
@@ -214,7 +214,9 @@ def train_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
         recipe="gpu_flow_grpo",
         seed=args.seed,
         policy=PolicyConfig(name="sd3", lora_rank=args.lora_rank, lora_alpha=args.lora_alpha),
-        sampler=SamplerConfig(num_steps=args.steps, noise_level=0.7, guidance_scale=args.guidance),
+        sampler=SDESamplingConfig(
+            num_steps=args.steps, noise_level=0.7, guidance_scale=args.guidance
+        ),
         algorithm=FlowGRPOConfig(kl_beta=args.kl_beta),
         train=TrainLoopConfig(
             prompts_per_iteration=num_prompts,

@@ -7,6 +7,7 @@ rejects inconsistent settings with an error naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -16,6 +17,15 @@ from genrl.config_io import check_finite
 from genrl.config_io import config_from_dict as config_from_dict  # re-exported (its old home)
 from genrl.config_io import config_from_file as config_from_file
 from genrl.overrides import ConfigError, apply_override, parse_assignment, to_dict, unknown_message
+from genrl.rollouts.flow import FlowSamplingConfig as FlowSamplingConfig
+from genrl.rollouts.flow import StochasticSamplingConfig as StochasticSamplingConfig
+from genrl.rollouts.flow_sde import SDESamplingConfig as SDESamplingConfig
+from genrl.rollouts.masked import UnmaskingConfig as UnmaskingConfig
+from genrl.rollouts.tokens import GenerationConfig as GenerationConfig
+from genrl.rollouts.tokens import TokenGenerationConfig
+
+# Config sections that belong to the run's rollout; ``Algorithm.sections`` names their classes.
+ROLLOUT_SECTIONS = ("sampler", "generation")
 
 
 @dataclass
@@ -38,75 +48,6 @@ class PolicyConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Adapter-specific settings, e.g. ``{"height": 512, "width": 512}`` for diffusers models
     (``genrl list`` names each adapter; its docstring lists the keys)."""
-
-
-@dataclass
-class SamplerConfig:
-    name: str = "flow_sde"
-    """Stochastic sampler (registry ``samplers.SAMPLERS``): ``flow_sde`` (Flow-GRPO),
-    ``dance_sde`` (DanceGRPO, constant diffusion) or ``flow_cps`` (coefficients-preserving)."""
-    num_steps: int = 10
-    """Sampling steps in rollouts (Flow-GRPO: 10)."""
-    shift: float | None = None
-    """SD3 time shift of a linear sigma schedule; None uses the model's own scheduler exactly as
-    its diffusers pipeline does (the embedded model: linear, shift 1)."""
-    noise_level: float = 0.7
-    """Noise of the stochastic sampler: ``a`` in Flow-GRPO's ``sigma_s = a*sqrt(s/(1-s))``
-    (0.7), DanceGRPO's constant ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
-    log_prob_reduction: Literal["mean", "sum"] = "mean"
-    """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
-    guidance_scale: float = 1.0
-    """Classifier-free guidance in rollouts and training; 1 disables CFG (single forward)."""
-    sde_window_size: int = 0
-    """Stochastic steps per trajectory; 0 makes every step stochastic (Flow-GRPO). With ``k > 0``
-    only a window of ``k`` consecutive steps is stochastic (and trained); the others are ODE
-    steps (Flow-GRPO-Fast: 2-3; MixGRPO: 4)."""
-    sde_window_schedule: Literal["random", "progressive", "decay"] = "random"
-    """Where the window sits: ``random`` draws its start each iteration from
-    ``sde_window_range`` (Flow-GRPO-Fast, MixGRPO-random); ``progressive`` slides it from the
-    first step towards the last by ``sde_window_stride`` every ``sde_window_shift_every``
-    iterations (MixGRPO); ``decay`` slides it likewise with an interval that shrinks linearly in
-    the window's position from ``sde_window_shift_every`` to ``sde_window_shift_every_min``
-    (MixGRPO's ``decay``; its defaults 10 and 1)."""
-    sde_window_range: list[int] | None = None
-    """``[first, last)``: the steps a random window lies within (Flow-GRPO-Fast:
-    ``[0, num_steps // 2]``); None allows every position."""
-    sde_window_stride: int = 1
-    """Steps the progressive window advances per shift."""
-    sde_window_shift_every: int = 25
-    """Iterations between shifts of the progressive window (the first interval of ``decay``)."""
-    sde_window_shift_every_min: int = 1
-    """Last interval of the ``decay`` schedule."""
-    sde_window_wrap: bool = False
-    """A sliding window that has passed the last step starts again at step 0 (MixGRPO's
-    ``--roll_back``, used by its released scripts); otherwise it stays at the end."""
-    same_initial_noise: bool = False
-    """Every sample of a group starts from the same noise. With a window that starts after
-    step 0 the ODE prefix is then identical within a group and computed once per prompt
-    (Flow-GRPO-Fast's branching)."""
-
-
-@dataclass
-class GenerationConfig:
-    max_new_tokens: int = 64
-    """Completion length limit in tokens (TRL: ``max_completion_length``)."""
-    temperature: float = 1.0
-    """Sampling temperature of token rollouts; log-probs are scored at the same temperature."""
-    top_k: int = 0
-    """Sample among the ``k`` most likely tokens (0 = all)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1 = all); top-k/top-p restrict sampling but not the scored density."""
-    stop_strings: list[str] = field(default_factory=list)
-    """Cut a completion after the first of these strings; later tokens are not trained."""
-    eval_temperature: float = 0.0
-    """Temperature of held-out evaluation; 0 decodes greedily (one sample per prompt suffices)."""
-    diffusion_steps: int = 0
-    """Masked-diffusion LMs: unmasking steps over the completion (0 = one token per step);
-    ``max_new_tokens`` is the fixed completion length."""
-    block_length: int | None = None
-    """Masked-diffusion LMs: semi-autoregressive block size (None = one block)."""
-    remasking: Literal["low_confidence", "random"] = "low_confidence"
-    """Masked-diffusion LMs: reveal the most confident predictions or random positions."""
 
 
 @dataclass
@@ -196,11 +137,10 @@ class EvalConfig:
     every: int = 0
     """Evaluate every this many iterations (0: only before and after training)."""
     samples_per_prompt: int = 32
-    """Held-out samples per prompt, fixed seeds, deterministic ODE."""
+    """Held-out samples per prompt, from the rollout's deterministic (or fixed-seed) sampler
+    (flow: ``sampler.eval_num_steps`` ODE steps; tokens: ``generation.eval_temperature``)."""
     seed: int = 1234
-    """Seed of the held-out initial noise."""
-    num_steps: int = 10
-    """ODE steps for evaluation (Flow-GRPO evaluates with 40 on real models)."""
+    """Seed of the held-out initial noise (flow) or sampling generator (tokens)."""
     batch_size: int = 256
     """Samples per sampling batch in evaluation (lower it for real models)."""
 
@@ -230,8 +170,13 @@ class TrainConfig:
     output_dir: str | None = None
     """Run directory; None makes ``runs/<recipe>-<timestamp>``."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    sampler: FlowSamplingConfig | None = None
+    """``sampler.*``: a flow rollout's settings, of the class its algorithm reads
+    (``Algorithm.sections``: ``SDESamplingConfig`` for Flow-GRPO, ``StochasticSamplingConfig``
+    for BranchGRPO, ``FlowSamplingConfig`` for RAM, GDRO and DiffusionNFT); None in token runs."""
+    generation: TokenGenerationConfig | None = None
+    """``generation.*``: a token rollout's settings (``GenerationConfig`` for the GRPO family,
+    ``UnmaskingConfig`` for masked-diffusion LMs); None in flow runs."""
     reward: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
     reward_aggregation: Literal["weighted_sum", "normalize_then_sum"] = "weighted_sum"
     """How several rewards become the one the algorithm sees: their weighted sum, or GDPO's
@@ -244,16 +189,52 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
+    def __post_init__(self) -> None:
+        self.fit_sections()
+
+    def fit_sections(self) -> None:
+        """Give the run exactly the rollout sections its algorithm reads
+        (``Algorithm.sections``): a missing one gets its defaults, one of a related class (a
+        switch from ``flow_grpo`` to ``ram``) keeps the fields the two share, and a section the
+        algorithm does not read is dropped. An unregistered algorithm is left to ``validate``."""
+        if self.algorithm.name not in ALGORITHMS:
+            return
+        needed = ALGORITHMS[self.algorithm.name].sections
+        for name in ROLLOUT_SECTIONS:
+            current, cls = getattr(self, name), needed.get(name)
+            if cls is None or type(current) is cls:
+                setattr(self, name, current if cls is not None else None)
+                continue
+            shared = {} if current is None else dataclasses.asdict(current)
+            names = {f.name for f in dataclasses.fields(cls)}
+            setattr(self, name, cls(**{k: v for k, v in shared.items() if k in names}))
+
+    def set_algorithm(self, algorithm: AlgorithmConfig) -> TrainConfig:
+        """Switch to ``algorithm`` (its config) and fit the rollout sections to it."""
+        self.algorithm = algorithm
+        self.fit_sections()
+        return self
+
     def apply_overrides(self, assignments: list[str]) -> TrainConfig:
         """Apply ``key=value`` strings in order; returns self."""
         for text in assignments:
             key, value = parse_assignment(text)
+            section = key.split(".", 1)[0]
             if key == "algorithm.name":
-                # Switching algorithm replaces the whole section with that algorithm's defaults.
-                self.algorithm = algorithm_config(value)
+                # Switching algorithm replaces the whole section with that algorithm's defaults
+                # and fits the rollout sections to it.
+                self.set_algorithm(algorithm_config(value))
+            elif section in ROLLOUT_SECTIONS and getattr(self, section) is None:
+                raise ConfigError(self._missing_section(key, section))
             else:
                 apply_override(self, key, value)
         return self
+
+    def _missing_section(self, key: str, section: str) -> str:
+        name = self.algorithm.name or "this run"
+        reads = [f"{s}.*" for s in ROLLOUT_SECTIONS if getattr(self, s) is not None]
+        hint = f"; its rollout reads {', '.join(reads)}" if reads else ""
+        return f"{key}: {name} has no {section} section{hint}"
 
     def to_dict(self) -> dict:
         return to_dict(self)
@@ -261,7 +242,7 @@ class TrainConfig:
     def validate(self, num_processes: int = 1) -> None:
         """Raise ``ConfigError`` for inconsistent settings."""
         check_finite(self)  # first: NaN passes every range check below
-        t, s, o = self.train, self.sampler, self.optim
+        t, o = self.train, self.optim
         positive = {
             "train.iterations": t.iterations,
             "train.prompts_per_iteration": t.prompts_per_iteration,
@@ -270,9 +251,7 @@ class TrainConfig:
             "train.minibatch_size": t.minibatch_size,
             "train.gradient_accumulation_steps": t.gradient_accumulation_steps,
             "train.dynamic_sampling_max_rounds": t.dynamic_sampling_max_rounds,
-            "sampler.num_steps": s.num_steps,
             "eval.samples_per_prompt": self.eval.samples_per_prompt,
-            "eval.num_steps": self.eval.num_steps,
             "eval.batch_size": self.eval.batch_size,
             "optim.ema_every": o.ema_every,
             "logging.log_every": self.logging.log_every,
@@ -305,28 +284,10 @@ class TrainConfig:
             raise ConfigError(
                 f"optim.max_grad_norm must be positive or none, got {o.max_grad_norm}"
             )
-        if s.noise_level < 0:
-            raise ConfigError(f"sampler.noise_level must be >= 0, got {s.noise_level}")
-        g = self.generation
-        if g.max_new_tokens < 1:
-            raise ConfigError(f"generation.max_new_tokens must be >= 1, got {g.max_new_tokens}")
-        if g.temperature < 0 or g.eval_temperature < 0:
-            raise ConfigError("generation.temperature and eval_temperature must be >= 0")
-        if g.top_k < 0 or not 0 < g.top_p <= 1:
-            raise ConfigError(
-                f"generation.top_k must be >= 0 and top_p in (0, 1], got {g.top_k}, {g.top_p}"
-            )
-        if s.shift is not None and s.shift <= 0:
-            raise ConfigError(f"sampler.shift must be positive or none, got {s.shift}")
-        self._validate_window()
         if self.policy.dtype != "float32" and t.mixed_precision == "no":
             raise ConfigError(
                 f"policy.dtype={self.policy.dtype} needs train.mixed_precision=bf16 or fp16: "
                 "float32 LoRA weights on low-precision base layers only mix under autocast"
-            )
-        if s.guidance_scale < 1:
-            raise ConfigError(
-                f"sampler.guidance_scale must be >= 1 (1 = no CFG), got {s.guidance_scale}"
             )
         if self.policy.lora_rank < 0:
             raise ConfigError(f"policy.lora_rank must be >= 0, got {self.policy.lora_rank}")
@@ -345,21 +306,6 @@ class TrainConfig:
             )
         from pipelines import POLICIES
         from reward_models import REWARDS
-        from samplers import SAMPLERS
-
-        if s.name not in SAMPLERS:
-            raise ConfigError(unknown_message(s.name, list(SAMPLERS), "sampler.name", value=True))
-        low, high = getattr(SAMPLERS[s.name], "noise_level_range", (0.0, float("inf")))
-        if not low <= s.noise_level <= high:
-            raise ConfigError(
-                f"sampler.noise_level must lie in [{low}, {high}] for {s.name}, got {s.noise_level}"
-            )
-        if not getattr(SAMPLERS[s.name], "stochastic", False):
-            stochastic = [n for n, c in SAMPLERS.items() if getattr(c, "stochastic", False)]
-            raise ConfigError(
-                f"sampler.name={s.name!r} is deterministic; rollouts need a stochastic sampler "
-                f"({', '.join(stochastic)}); sde_window_size limits where it is used"
-            )
 
         if self.policy.name not in POLICIES:
             raise ConfigError(
@@ -386,6 +332,7 @@ class TrainConfig:
                 "the samples of a prompt's group, so a group of one has advantage 0 and nothing "
                 "is learned"
             )
+        self._validate_sections()
         self.algorithm.validate(self)
         group_units = getattr(ALGORITHMS[self.algorithm.name], "group_units", False)
         if group_units and t.prompts_per_iteration % num_processes:
@@ -399,32 +346,25 @@ class TrainConfig:
 
             validate_offline(self, num_processes)
 
-    def _validate_window(self) -> None:
-        s = self.sampler
-        if s.sde_window_size < 0 or s.sde_window_size > s.num_steps:
-            raise ConfigError(
-                f"sampler.sde_window_size must lie in [0, sampler.num_steps={s.num_steps}], "
-                f"got {s.sde_window_size}"
-            )
-        if min(s.sde_window_stride, s.sde_window_shift_every, s.sde_window_shift_every_min) < 1:
-            raise ConfigError(
-                "sampler.sde_window_stride, sde_window_shift_every and sde_window_shift_every_min "
-                "must be >= 1"
-            )
-        if s.sde_window_range is None:
-            return
-        if s.sde_window_size == 0 or s.sde_window_schedule != "random":
-            raise ConfigError(
-                "sampler.sde_window_range applies to a random window only: set "
-                "sampler.sde_window_size > 0 and sde_window_schedule=random, or drop the range"
-            )
-        r = s.sde_window_range
-        if len(r) != 2 or not (r[0] >= 0 and r[0] + s.sde_window_size <= r[1] <= s.num_steps):
-            raise ConfigError(
-                f"sampler.sde_window_range must be [first, last) steps that hold the "
-                f"{s.sde_window_size}-step window within {s.num_steps} steps "
-                f"(0 <= first, first + {s.sde_window_size} <= last <= {s.num_steps}), got {r}"
-            )
+    def _validate_sections(self) -> None:
+        """The rollout sections are the classes the algorithm reads, each valid."""
+        name = self.algorithm.name
+        needed = ALGORITHMS[name].sections
+        for section in ROLLOUT_SECTIONS:
+            value, cls = getattr(self, section), needed.get(section)
+            if cls is None and value is not None:
+                raise ConfigError(
+                    f"{section}: {name} has no {section} section (set it to None, or switch "
+                    "algorithms with --set algorithm.name / TrainConfig.set_algorithm)"
+                )
+            if cls is not None and type(value) is not cls:
+                got = "none" if value is None else type(value).__name__
+                raise ConfigError(
+                    f"{section}: {name} reads it as {cls.__name__}, got {got} (switch "
+                    "algorithms with --set algorithm.name / TrainConfig.set_algorithm)"
+                )
+            if value is not None:
+                value.validate()
 
 
 def algorithm_config(name: str) -> AlgorithmConfig:

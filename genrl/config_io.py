@@ -46,14 +46,26 @@ def _join(path: str, name: str) -> str:
 def config_from_dict(data: dict) -> TrainConfig:
     """Rebuild a ``TrainConfig`` from ``to_dict()`` output (e.g. a run's ``config.json``); a
     value of the wrong type raises ``ConfigError`` naming its field."""
-    from genrl.config import TrainConfig, algorithm_config
+    from genrl.algorithms import ALGORITHMS
+    from genrl.config import ROLLOUT_SECTIONS, TrainConfig, algorithm_config
 
     data = dict(data)
     algorithm = data.pop("algorithm", None)
     if not isinstance(algorithm, dict) or not isinstance(algorithm.get("name"), str):
         raise ConfigError("algorithm: the config needs an algorithm section with a 'name'")
+    sections = {name: data.pop(name, None) for name in ROLLOUT_SECTIONS}
     config = _build(TrainConfig, data, "")
     config.algorithm = _build(type(algorithm_config(algorithm["name"])), algorithm, "algorithm")
+    # The rollout sections are built as the classes the algorithm reads (Algorithm.sections).
+    needed = ALGORITHMS[algorithm["name"]].sections
+    for name, value in sections.items():
+        cls = needed.get(name)
+        if cls is None and value is not None:
+            raise ConfigError(
+                f"{name}: {algorithm['name']} has no {name} section; delete it or set it to null"
+            )
+        if cls is not None:
+            setattr(config, name, cls() if value is None else _build(cls, value, name))
     return config
 
 

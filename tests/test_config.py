@@ -297,3 +297,82 @@ def test_unknown_algorithm_name_in_dict(cfg):
 def test_dict_without_algorithm_name_gives_config_error(data):
     with pytest.raises(ConfigError, match="algorithm"):
         config_from_dict(data)
+
+
+# ---------------------------------------------------------------- rollout sections
+
+
+def test_each_run_holds_only_its_rollouts_sections():
+    """A token run has no flow sampler fields and a flow run no generation fields; each section
+    is the class its rollout reads (Algorithm.sections)."""
+    from genrl.config import FlowSamplingConfig, SDESamplingConfig, UnmaskingConfig
+    from genrl.rollouts.tokens import GenerationConfig
+
+    for name in RECIPES:
+        config = get_recipe(name)
+        needed = ALGORITHMS[config.algorithm.name].sections
+        for section in ("sampler", "generation"):
+            value = getattr(config, section)
+            assert (value is None) == (section not in needed), (name, section)
+            assert value is None or type(value) is needed[section], (name, section)
+    lm = get_recipe("llm_countdown_grpo").to_dict()
+    assert lm["sampler"] is None and type(get_recipe("llm_countdown_grpo").generation) is (
+        GenerationConfig
+    )
+    assert "diffusion_steps" not in lm["generation"] and "top_p" in lm["generation"]
+    assert "top_p" not in get_recipe("dllm_sudoku_maskgrpo").to_dict()["generation"]
+    assert get_recipe("digits_flow_grpo").to_dict()["generation"] is None
+    assert type(get_recipe("digits_ram").sampler) is FlowSamplingConfig
+    assert "noise_level" not in get_recipe("digits_ram").to_dict()["sampler"]
+    assert type(get_recipe("digits_flow_grpo").sampler) is SDESamplingConfig
+    assert UnmaskingConfig is not GenerationConfig
+
+
+def test_a_key_of_a_section_the_run_does_not_have_is_named():
+    lm = get_recipe("llm_countdown_grpo")
+    with pytest.raises(
+        ConfigError,
+        match=r"sampler\.num_steps: grpo has no sampler section; its rollout reads "
+        r"generation\.\*",
+    ):
+        lm.apply_overrides(["sampler.num_steps=5"])
+    flow = get_recipe("digits_flow_grpo")
+    with pytest.raises(ConfigError, match="flow_grpo has no generation section"):
+        flow.apply_overrides(["generation.temperature=0.7"])
+    # BranchGRPO's trees have no SDE window: the key is unknown, with the valid ones listed.
+    with pytest.raises(ConfigError, match=r"unknown config key 'sampler\.sde_window_size'"):
+        get_recipe("digits_branch_grpo").apply_overrides(["sampler.sde_window_size=2"])
+    # A section of the wrong class (set by hand) is named by validate().
+    from genrl.config import FlowSamplingConfig
+
+    flow.sampler = FlowSamplingConfig()
+    with pytest.raises(ConfigError, match="sampler: flow_grpo reads it as SDESamplingConfig"):
+        flow.validate()
+
+
+def test_switching_algorithms_refits_the_sections():
+    """flow_grpo -> ram keeps what the two samplers share (steps, shift, guidance) and drops
+    the SDE fields; ram -> flow_grpo restores defaults for them; -> grpo swaps the section."""
+    from genrl.config import FlowSamplingConfig, SDESamplingConfig
+
+    config = get_recipe("digits_flow_grpo")
+    config.apply_overrides(["sampler.num_steps=7", "sampler.sde_window_size=2"])
+    config.apply_overrides(["algorithm.name=ram"])
+    assert type(config.sampler) is FlowSamplingConfig and config.sampler.num_steps == 7
+    config.apply_overrides(["algorithm.name=flow_grpo"])
+    assert type(config.sampler) is SDESamplingConfig
+    assert (config.sampler.num_steps, config.sampler.sde_window_size) == (7, 0)
+    config.apply_overrides(["algorithm.name=grpo"])
+    assert config.sampler is None and config.generation is not None
+    config.validate()
+
+
+def test_a_stray_section_in_a_config_file_is_refused():
+    data = get_recipe("llm_countdown_grpo").to_dict()
+    data["sampler"] = {"num_steps": 10}
+    with pytest.raises(ConfigError, match="sampler: grpo has no sampler section"):
+        config_from_dict(data)
+    data = get_recipe("digits_flow_grpo").to_dict()
+    data["sampler"]["top_p"] = 0.9
+    with pytest.raises(ConfigError, match=r"sampler\.top_p"):
+        config_from_dict(data)

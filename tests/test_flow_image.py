@@ -20,7 +20,7 @@ from genrl.config import (
     PolicyConfig,
     PromptConfig,
     RewardSpec,
-    SamplerConfig,
+    SDESamplingConfig,
     TrainConfig,
     TrainLoopConfig,
 )
@@ -88,7 +88,9 @@ def image_config(tmp_path: Path, family: str, directory: Path, **changes) -> Tra
         policy=PolicyConfig(
             name=family, pretrained=str(directory), lora_rank=4, kwargs=family_kwargs(family)
         ),
-        sampler=SamplerConfig(num_steps=3, noise_level=0.7, guidance_scale=1.0),
+        sampler=SDESamplingConfig(
+            num_steps=3, noise_level=0.7, guidance_scale=1.0, eval_num_steps=3
+        ),
         reward=[RewardSpec(name="target_color")],
         algorithm=FlowGRPOConfig(clip_range=1e-2, kl_beta=0.01, std_mode="group"),
         prompts=PromptConfig(dataset=str(prompts)),
@@ -96,7 +98,7 @@ def image_config(tmp_path: Path, family: str, directory: Path, **changes) -> Tra
             iterations=2, prompts_per_iteration=2, group_size=2, minibatch_size=6
         ),
         optim=OptimConfig(lr=1e-2),
-        eval=EvalConfig(samples_per_prompt=1, num_steps=3),
+        eval=EvalConfig(samples_per_prompt=1),
         logging=LoggingConfig(tensorboard=False, progress_bar=False, log_every=1000),
     )
     for key, value in changes.items():

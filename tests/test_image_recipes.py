@@ -72,7 +72,7 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
             "train.gradient_accumulation_steps=1",
             "train.rollout_batch_size=4",
             "eval.samples_per_prompt=1",
-            "eval.num_steps=3",
+            "sampler.eval_num_steps=3",
             "logging.tensorboard=false",
             "logging.progress_bar=false",
         ]

@@ -183,6 +183,7 @@ def dllm_config(tmp_path: Path, dllm_dir: Path, algorithm: str, **changes):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("ab 12:\ncd 34:\nef 56:\n")
     config = tiny_config(tmp_path)
+    config.set_algorithm(algorithm_config(algorithm))  # generation.* exists from here on
     config.apply_overrides(
         [
             "policy.name=masked_lm",
@@ -197,7 +198,6 @@ def dllm_config(tmp_path: Path, dllm_dir: Path, algorithm: str, **changes):
             "eval.samples_per_prompt=1",
         ]
     )
-    config.algorithm = algorithm_config(algorithm)
     for key, value in changes.items():
         setattr(config.algorithm, key, value)
     return config

@@ -34,7 +34,7 @@ def test_sd35m_flow_grpo_recipes_follow_pickscore_sd3(name: str) -> None:
     o = config.optim
     assert (o.lr, o.weight_decay, o.betas, o.max_grad_norm) == (3e-4, 1e-4, [0.9, 0.999], 1.0)
     assert (o.ema_decay, o.ema_every) == (0.9, 8)
-    assert (config.eval.num_steps, config.eval.every, config.eval.batch_size) == (40, 60, 16)
+    assert (s.eval_num_steps, config.eval.every, config.eval.batch_size) == (40, 60, 16)
 
 
 def test_sd35m_fast_and_sana_recipes() -> None:
@@ -66,7 +66,7 @@ def test_flux_recipes_follow_pickscore_flux() -> None:
     assert (config.sampler.num_steps, config.sampler.noise_level) == (6, 0.9)
     assert config.train.mixed_precision == "bf16"
     assert (config.train.minibatch_size, config.train.gradient_accumulation_steps) == (3, 120)
-    assert (config.eval.every, config.eval.num_steps, config.logging.checkpoint_every) == (
+    assert (config.eval.every, config.sampler.eval_num_steps, config.logging.checkpoint_every) == (
         30,
         28,
         30,

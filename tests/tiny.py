@@ -35,7 +35,7 @@ def tiny_overrides(directory: Path) -> list[str]:
         "train.minibatch_size=24",
         "sampler.num_steps=4",
         "eval.samples_per_prompt=2",
-        "eval.num_steps=4",
+        "sampler.eval_num_steps=4",
         "logging.tensorboard=false",
         "logging.progress_bar=false",
         "logging.log_every=1000",

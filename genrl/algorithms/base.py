@@ -43,6 +43,9 @@ class Algorithm(abc.ABC):
     """True when the objective needs only clean samples and rewards, so iterations may read
     groups from an offline store (``train.offline_store``) through the rollout's
     ``from_stored(policy, prompts, group_ids, samples)``."""
+    sections: ClassVar[dict[str, type]] = {}
+    """The config sections its rollout reads and their classes, e.g.
+    ``{"sampler": SDESamplingConfig}``; ``TrainConfig`` holds exactly these."""
     group_units: ClassVar[bool] = False
     """True when every training unit holds a whole group, so each process needs whole groups."""
 

@@ -14,12 +14,13 @@ The pairing: ``BranchingRollout`` and ``TreePolicyGradient``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.tree_policy_gradient import TreePolicyGradient, TreePolicyGradientConfig
 from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy, Policy, require
+from genrl.rollouts.flow import StochasticSamplingConfig
 from genrl.rollouts.tree import BranchingRollout, BranchingRolloutConfig
 
 
@@ -49,6 +50,7 @@ class BranchGRPOConfig(TreePolicyGradientConfig, BranchingRolloutConfig, Algorit
 @register_algorithm("branch_grpo")
 class BranchGRPO(Algorithm):
     Config = BranchGRPOConfig
+    sections: ClassVar[dict[str, type]] = {"sampler": StochasticSamplingConfig}
     config: BranchGRPOConfig
 
     def build(self, policy: Policy) -> tuple[BranchingRollout, TreePolicyGradient]:

@@ -18,13 +18,14 @@ permutation of them (``time_sampling=uniform`` is the paper's Algorithm 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import NFTObjective, NFTObjectiveConfig
 from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
+from genrl.rollouts.flow import FlowSamplingConfig
 
 
 @dataclass
@@ -57,6 +58,7 @@ class DiffusionNFTConfig(NFTObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
 @register_algorithm("diffusion_nft")
 class DiffusionNFT(Algorithm):
     Config = DiffusionNFTConfig
+    sections: ClassVar[dict[str, type]] = {"sampler": FlowSamplingConfig}
     config: DiffusionNFTConfig
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, NFTObjective]:

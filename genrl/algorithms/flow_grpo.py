@@ -16,12 +16,12 @@ steps through ``sampler.name``) and ``FlowPolicyGradient``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.flow_policy_gradient import FlowPolicyGradient, FlowPolicyGradientConfig
 from genrl.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.flow_sde import FlowSDERollout
+from genrl.rollouts.flow_sde import FlowSDERollout, SDESamplingConfig
 
 
 @dataclass
@@ -40,6 +40,7 @@ class FlowGRPOConfig(FlowPolicyGradientConfig, AlgorithmConfig):
 @register_algorithm("flow_grpo")
 class FlowGRPO(Algorithm):
     Config = FlowGRPOConfig
+    sections: ClassVar[dict[str, type]] = {"sampler": SDESamplingConfig}
     config: FlowGRPOConfig
 
     def build(self, policy: Policy) -> tuple[FlowSDERollout, FlowPolicyGradient]:

@@ -16,13 +16,14 @@ Choices the paper leaves open (documented fields): the squared norms are means o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import GDROObjective, GDROObjectiveConfig
 from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout
+from genrl.rollouts.flow import FlowSamplingConfig
 
 
 @dataclass
@@ -44,6 +45,7 @@ class GDROConfig(GDROObjectiveConfig, AlgorithmConfig):
 @register_algorithm("gdro")
 class GDRO(Algorithm):
     Config = GDROConfig
+    sections: ClassVar[dict[str, type]] = {"sampler": FlowSamplingConfig}
     config: GDROConfig
     group_units = True
     supports_offline = True

@@ -12,12 +12,12 @@ The pairing: ``AutoregressiveRollout`` (``generation.*``) and ``TokenPolicyGradi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.tokens import TokenPolicyGradient, TokenPolicyGradientConfig
 from genrl.protocols import CausalTokenPolicy, Policy, require
-from genrl.rollouts.tokens import AutoregressiveRollout
+from genrl.rollouts.tokens import AutoregressiveRollout, GenerationConfig
 
 
 @dataclass
@@ -38,6 +38,7 @@ class GRPOConfig(TokenPolicyGradientConfig, AlgorithmConfig):
 @register_algorithm("grpo")
 class GRPO(Algorithm):
     Config = GRPOConfig
+    sections: ClassVar[dict[str, type]] = {"generation": GenerationConfig}
     config: GRPOConfig
 
     def build(self, policy: Policy) -> tuple[AutoregressiveRollout, TokenPolicyGradient]:

@@ -11,13 +11,13 @@ The pairing: ``UnmaskingRollout`` (``generation.*``) and ``MaskedTokenPolicyGrad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient, MaskedViewsConfig
 from genrl.objectives.tokens import TokenPolicyGradientConfig
 from genrl.protocols import MaskedTokenPolicy, Policy, require
-from genrl.rollouts.masked import UnmaskingRollout
+from genrl.rollouts.masked import UnmaskingConfig, UnmaskingRollout
 
 
 @dataclass
@@ -44,6 +44,7 @@ class MaskGRPOConfig(MaskedViewsConfig, TokenPolicyGradientConfig, AlgorithmConf
 @register_algorithm("mask_grpo")
 class MaskGRPO(Algorithm):
     Config = MaskGRPOConfig
+    sections: ClassVar[dict[str, type]] = {"generation": UnmaskingConfig}
     config: MaskGRPOConfig
 
     def build(self, policy: Policy) -> tuple[UnmaskingRollout, MaskedTokenPolicyGradient]:

@@ -17,12 +17,13 @@ implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import RAMObjective, RAMObjectiveConfig
 from genrl.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
+from genrl.rollouts.flow import FlowSamplingConfig
 
 
 @dataclass
@@ -54,6 +55,7 @@ class RAMConfig(RAMObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
 @register_algorithm("ram")
 class RAM(Algorithm):
     Config = RAMConfig
+    sections: ClassVar[dict[str, type]] = {"sampler": FlowSamplingConfig}
     config: RAMConfig
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, RAMObjective]:

@@ -11,7 +11,7 @@ from genrl.config import (
     OptimConfig,
     PolicyConfig,
     RewardSpec,
-    SamplerConfig,
+    SDESamplingConfig,
     TrainConfig,
     TrainLoopConfig,
 )
@@ -23,7 +23,9 @@ def digits_flow_grpo() -> TrainConfig:
         recipe="digits_flow_grpo",
         seed=0,
         policy=PolicyConfig(name="toy_digits"),
-        sampler=SamplerConfig(num_steps=10, noise_level=0.7, log_prob_reduction="mean"),
+        sampler=SDESamplingConfig(
+            num_steps=10, noise_level=0.7, log_prob_reduction="mean", eval_num_steps=10
+        ),
         reward=[RewardSpec(name="digit_classifier")],
         algorithm=FlowGRPOConfig(
             # Mean-reduced log-probs over 64 pixels move more per update than over 16x64x64
@@ -36,7 +38,7 @@ def digits_flow_grpo() -> TrainConfig:
             iterations=60, prompts_per_iteration=16, group_size=8, minibatch_size=128
         ),
         optim=OptimConfig(lr=1e-4, weight_decay=1e-4, max_grad_norm=1.0),
-        eval=EvalConfig(every=10, samples_per_prompt=32, seed=1234, num_steps=10),
+        eval=EvalConfig(every=10, samples_per_prompt=32, seed=1234),
     )
 
 
@@ -60,11 +62,13 @@ def digits_branch_grpo() -> TrainConfig:
 
     config = digits_flow_grpo()
     config.recipe = "digits_branch_grpo"
-    config.algorithm = BranchGRPOConfig(
-        clip_range=2e-3,
-        kl_beta=0.0,
-        split_steps=[0, 3, 6],
-        branching=[2, 2, 2],
-        split_noise_scale=1.3,
+    config.set_algorithm(
+        BranchGRPOConfig(
+            clip_range=2e-3,
+            kl_beta=0.0,
+            split_steps=[0, 3, 6],
+            branching=[2, 2, 2],
+            split_noise_scale=1.3,
+        )
     )
     return config

@@ -6,13 +6,13 @@ from genrl.algorithms.diffu_grpo import DiffuGRPOConfig
 from genrl.algorithms.mask_grpo import MaskGRPOConfig
 from genrl.config import (
     EvalConfig,
-    GenerationConfig,
     OptimConfig,
     PolicyConfig,
     PromptConfig,
     RewardSpec,
     TrainConfig,
     TrainLoopConfig,
+    UnmaskingConfig,
 )
 
 
@@ -38,7 +38,7 @@ def dllm_sudoku_maskgrpo() -> TrainConfig:
         recipe="dllm_sudoku_maskgrpo",
         seed=0,
         policy=PolicyConfig(name="sudoku_dllm"),
-        generation=GenerationConfig(
+        generation=UnmaskingConfig(
             max_new_tokens=16, diffusion_steps=16, temperature=1.0, eval_temperature=1.0
         ),
         reward=[RewardSpec(name="sudoku", kwargs={"solved_bonus": 1.0})],
@@ -61,7 +61,7 @@ def dllm_sudoku_d1() -> TrainConfig:
     """
     config = dllm_sudoku_maskgrpo()
     config.recipe = "dllm_sudoku_d1"
-    config.algorithm = DiffuGRPOConfig(num_iterations=2)
+    config.set_algorithm(DiffuGRPOConfig(num_iterations=2))
     return config
 
 
@@ -117,7 +117,7 @@ def llada8b_countdown_maskgrpo() -> TrainConfig:
             dtype="bfloat16",
             kwargs={"trust_remote_code": True, "chat_template": True, "mask_token_id": 126336},
         ),
-        generation=GenerationConfig(
+        generation=UnmaskingConfig(
             max_new_tokens=256,
             diffusion_steps=128,
             block_length=16,

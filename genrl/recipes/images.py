@@ -55,7 +55,8 @@ from genrl.config import (
     PolicyConfig,
     PromptConfig,
     RewardSpec,
-    SamplerConfig,
+    SDESamplingConfig,
+    StochasticSamplingConfig,
     TrainConfig,
     TrainLoopConfig,
 )
@@ -120,7 +121,9 @@ def _sd3_base(recipe: str, reward: RewardSpec, kl_beta: float) -> TrainConfig:
             dtype="float16",
             kwargs=dict(FLOW_GRPO_POLICY_KWARGS),
         ),
-        sampler=SamplerConfig(num_steps=10, noise_level=0.7, guidance_scale=4.5),
+        sampler=SDESamplingConfig(
+            num_steps=10, noise_level=0.7, guidance_scale=4.5, eval_num_steps=40
+        ),
         reward=[reward],
         algorithm=FlowGRPOConfig(
             clip_range=1e-4,
@@ -150,7 +153,7 @@ def _sd3_base(recipe: str, reward: RewardSpec, kl_beta: float) -> TrainConfig:
             ema_decay=0.9,
             ema_every=8,
         ),
-        eval=EvalConfig(every=60, samples_per_prompt=4, num_steps=40, batch_size=16),
+        eval=EvalConfig(every=60, samples_per_prompt=4, batch_size=16),
         logging=LoggingConfig(checkpoint_every=60, log_every=1),
     )
 
@@ -187,13 +190,14 @@ def sd35m_pickscore_fast() -> TrainConfig:
     for every sampling batch (9 samples on one GPU), genrl once per iteration for all samples.
     """
     config = _sd3_base("sd35m_pickscore_fast", RewardSpec(name="pickscore"), kl_beta=0.0)
-    config.sampler = SamplerConfig(
+    config.sampler = SDESamplingConfig(
         name="flow_cps",
         num_steps=10,
         noise_level=0.8,
         guidance_scale=1.0,
         sde_window_size=3,
         sde_window_range=[0, 5],
+        eval_num_steps=40,
     )
     config.algorithm = FlowGRPOConfig(
         clip_range=1e-5,
@@ -237,7 +241,9 @@ def flux_dev_pickscore() -> TrainConfig:
             "lora_init": "gaussian",
         },
     )
-    config.sampler = SamplerConfig(num_steps=6, noise_level=0.9, guidance_scale=1.0)
+    config.sampler = SDESamplingConfig(
+        num_steps=6, noise_level=0.9, guidance_scale=1.0, eval_num_steps=28
+    )
     assert isinstance(config.algorithm, FlowGRPOConfig)
     config.algorithm.cfg_in_training = False
     config.algorithm.drop_zero_advantages = False
@@ -246,7 +252,6 @@ def flux_dev_pickscore() -> TrainConfig:
     config.train.rollout_batch_size = 3
     # 1152 samples / 8 processes * 5 trained steps / 3 per minibatch / 2 optimizer steps.
     config.train.gradient_accumulation_steps = 120
-    config.eval.num_steps = 28
     config.eval.every = 30
     config.logging.checkpoint_every = 30
     return config
@@ -292,8 +297,13 @@ def flux_dev_hps_branch() -> TrainConfig:
     config.policy.lora_rank, config.policy.lora_alpha = 0, 0.0
     config.policy.gradient_checkpointing = True
     config.policy.kwargs = {"height": 720, "width": 720, "embedded_guidance": 3.5}
-    config.sampler = SamplerConfig(
-        name="dance_sde", num_steps=20, noise_level=0.3, shift=3.0, guidance_scale=1.0
+    config.sampler = StochasticSamplingConfig(
+        name="dance_sde",
+        num_steps=20,
+        noise_level=0.3,
+        shift=3.0,
+        guidance_scale=1.0,
+        eval_num_steps=28,
     )
     config.algorithm = BranchGRPOConfig(
         split_steps=[0, 3, 6, 9],
@@ -305,6 +315,7 @@ def flux_dev_hps_branch() -> TrainConfig:
         cfg_in_training=False,
         max_batch=16,
     )
+    config.fit_sections()  # the sampler section this algorithm reads
     config.train = TrainLoopConfig(
         iterations=300,
         prompts_per_iteration=16,
@@ -344,6 +355,7 @@ def sd35m_pickscore_branch() -> TrainConfig:
         kl_beta=0.0,
         max_batch=48,
     )
+    config.fit_sections()  # the sampler section this algorithm reads
     # 48 trees x 105 trained edges / 8 processes / 9 per minibatch / 2 optimizer steps.
     config.train.gradient_accumulation_steps = 35
     return config
@@ -365,6 +377,7 @@ def sana_clipscore() -> TrainConfig:
     config.policy.dtype = "bfloat16"
     config.policy.kwargs.pop("max_sequence_length")
     config.train.mixed_precision = "bf16"
+    assert isinstance(config.sampler, SDESamplingConfig)
     config.sampler.same_initial_noise = True
     return config
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from genrl.algorithms.diffusion_nft import DiffusionNFTConfig
 from genrl.algorithms.gdro import GDROConfig
 from genrl.algorithms.ram import RAMConfig
-from genrl.config import OptimConfig, RewardSpec, SamplerConfig, TrainConfig
+from genrl.config import FlowSamplingConfig, OptimConfig, RewardSpec, TrainConfig
 from genrl.recipes.digits import digits_flow_grpo
 from genrl.recipes.images import flux_dev_hps, sd35m_pickscore
 
@@ -25,7 +25,7 @@ def digits_ram() -> TrainConfig:
     units, 8 optimizer steps per iteration instead of Flow-GRPO's 72), multiplier 100."""
     config = digits_flow_grpo()
     config.recipe = "digits_ram"
-    config.algorithm = RAMConfig()
+    config.set_algorithm(RAMConfig())
     return config
 
 
@@ -35,7 +35,7 @@ def digits_diffusion_nft() -> TrainConfig:
     Flow-GRPO recipe's budget; 9 optimizer steps per iteration."""
     config = digits_flow_grpo()
     config.recipe = "digits_diffusion_nft"
-    config.algorithm = DiffusionNFTConfig()
+    config.set_algorithm(DiffusionNFTConfig())
     return config
 
 
@@ -47,7 +47,7 @@ def digits_gdro() -> TrainConfig:
     seed each; a larger beta saturates the group softmax on this model's velocity errors)."""
     config = digits_flow_grpo()
     config.recipe = "digits_gdro"
-    config.algorithm = GDROConfig(beta=1.0, noisings_per_sample=8)
+    config.set_algorithm(GDROConfig(beta=1.0, noisings_per_sample=8))
     config.train.minibatch_size = 16
     return config
 
@@ -83,15 +83,14 @@ def sd35m_pickscore_ram() -> TrainConfig:
     at 128 tokens, fp16, EMA 0.9 every step for evaluation."""
     config = sd35m_pickscore()
     config.recipe = "sd35m_pickscore_ram"
-    config.sampler = SamplerConfig(num_steps=20, noise_level=0.7, guidance_scale=2.0)
-    config.algorithm = RAMConfig(reward_multiplier=1000.0)
+    config.sampler = FlowSamplingConfig(num_steps=20, guidance_scale=2.0, eval_num_steps=40)
+    config.set_algorithm(RAMConfig(reward_multiplier=1000.0))
     config.train.minibatch_size = 8
     config.train.rollout_batch_size = 16
     config.train.gradient_accumulation_steps = 144
     config.optim = OptimConfig(
         lr=3e-4, weight_decay=1e-4, betas=[0.9, 0.99], max_grad_norm=None, ema_decay=0.9
     )
-    config.eval.num_steps = 40
     return config
 
 
@@ -114,14 +113,13 @@ def sd35m_pickscore_nft() -> TrainConfig:
     its DPM-Solver sampler; prompts as ``sd35m_pickscore``."""
     config = sd35m_pickscore()
     config.recipe = "sd35m_pickscore_nft"
-    config.sampler = SamplerConfig(num_steps=10, noise_level=0.7, guidance_scale=1.0)
-    config.algorithm = DiffusionNFTConfig()
+    config.sampler = FlowSamplingConfig(num_steps=10, guidance_scale=1.0, eval_num_steps=40)
+    config.set_algorithm(DiffusionNFTConfig())
     config.train.minibatch_size = 9
     config.train.gradient_accumulation_steps = 144
     config.optim = OptimConfig(
         lr=3e-4, weight_decay=1e-4, betas=[0.9, 0.999], max_grad_norm=1.0, ema_decay=0.9
     )
-    config.eval.num_steps = 40
     config.eval.every = 10
     config.logging.checkpoint_every = 30
     return config
@@ -147,8 +145,8 @@ def flux_dev_hps_gdro() -> TrainConfig:
     config.policy.lora_target_modules = None
     config.policy.kwargs = {"height": 512, "width": 512, "embedded_guidance": 3.5}
     config.eval.every, config.logging.checkpoint_every = 60, 60
-    config.sampler = SamplerConfig(num_steps=28, noise_level=0.7, guidance_scale=1.0)
-    config.algorithm = GDROConfig(beta=6.0, tau=0.05, gamma=1.0, noisings_per_sample=1)
+    config.sampler = FlowSamplingConfig(num_steps=28, guidance_scale=1.0, eval_num_steps=28)
+    config.set_algorithm(GDROConfig(beta=6.0, tau=0.05, gamma=1.0, noisings_per_sample=1))
     config.reward = [RewardSpec(name="hps", kwargs={"version": "v2.1"})]
     t = config.train
     t.iterations, t.prompts_per_iteration, t.group_size = 300, 64, 6

@@ -1,18 +1,89 @@
-"""What every flow-model rollout shares: decoding in chunks, and held-out outputs by the
-deterministic ODE from fixed-seed noise (the flow rollouts' evaluation)."""
+"""What every flow-model rollout shares: the ``sampler.*`` config sections, decoding in chunks,
+and held-out outputs by the deterministic ODE from fixed-seed noise (their evaluation).
+
+A run's ``sampler`` section is the class its rollout reads (``Algorithm.sections``):
+``FlowSamplingConfig`` for ODE endpoints (RAM, GDRO, DiffusionNFT), ``StochasticSamplingConfig``
+for trees of stochastic steps (BranchGRPO), ``SDESamplingConfig`` (``flow_sde.py``) for
+trajectories with SDE windows (Flow-GRPO and its variants).
+"""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 import torch
 
+from genrl.overrides import ConfigError, unknown_message
 from genrl.protocols import FlowPolicy
 from genrl.rollout import FlowBatch
 from genrl.rollouts.base import OutputFn, Rollout
 from samplers.flow_ode import integrate
 
 FB = TypeVar("FB", bound=FlowBatch)
+
+
+@dataclass
+class FlowSamplingConfig:
+    """``sampler.*``: the noise schedule, guidance and step counts of a flow rollout."""
+
+    num_steps: int = 10
+    """Sampling steps in rollouts (Flow-GRPO: 10)."""
+    shift: float | None = None
+    """SD3 time shift of a linear sigma schedule; None uses the model's own scheduler exactly as
+    its diffusers pipeline does (the embedded model: linear, shift 1)."""
+    guidance_scale: float = 1.0
+    """Classifier-free guidance in rollouts and training; 1 disables CFG (single forward)."""
+    eval_num_steps: int = 10
+    """Deterministic ODE steps of held-out evaluation (Flow-GRPO evaluates real models with
+    40)."""
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the field."""
+        for key in ("num_steps", "eval_num_steps"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"sampler.{key} must be >= 1, got {getattr(self, key)}")
+        if self.shift is not None and self.shift <= 0:
+            raise ConfigError(f"sampler.shift must be positive or none, got {self.shift}")
+        if self.guidance_scale < 1:
+            raise ConfigError(
+                f"sampler.guidance_scale must be >= 1 (1 = no CFG), got {self.guidance_scale}"
+            )
+
+
+@dataclass
+class StochasticSamplingConfig(FlowSamplingConfig):
+    """``sampler.*`` of rollouts made of stochastic steps with log-probs."""
+
+    name: str = "flow_sde"
+    """Stochastic sampler (registry ``samplers.SAMPLERS``): ``flow_sde`` (Flow-GRPO),
+    ``dance_sde`` (DanceGRPO, constant diffusion) or ``flow_cps`` (coefficients-preserving)."""
+    noise_level: float = 0.7
+    """Noise of the stochastic sampler: ``a`` in Flow-GRPO's ``sigma_s = a*sqrt(s/(1-s))``
+    (0.7), DanceGRPO's constant ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
+    log_prob_reduction: Literal["mean", "sum"] = "mean"
+    """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
+
+    def validate(self) -> None:
+        super().validate()
+        from samplers import SAMPLERS
+
+        if self.name not in SAMPLERS:
+            raise ConfigError(
+                unknown_message(self.name, list(SAMPLERS), "sampler.name", value=True)
+            )
+        low, high = getattr(SAMPLERS[self.name], "noise_level_range", (0.0, float("inf")))
+        if not low <= self.noise_level <= high:
+            raise ConfigError(
+                f"sampler.noise_level must lie in [{low}, {high}] for {self.name}, "
+                f"got {self.noise_level}"
+            )
+        if not getattr(SAMPLERS[self.name], "stochastic", False):
+            stochastic = [n for n, c in SAMPLERS.items() if getattr(c, "stochastic", False)]
+            raise ConfigError(
+                f"sampler.name={self.name!r} is deterministic; rollouts need a stochastic "
+                f"sampler ({', '.join(stochastic)})"
+            )
 
 
 @torch.no_grad()
@@ -74,7 +145,7 @@ def decode_in_chunks(policy: FlowPolicy, latents: torch.Tensor, size: int) -> to
 
 class FlowRollout(Rollout[FlowPolicy, FB]):
     """Base of the flow rollouts: outputs are the decoded final samples (``batch.final``), held-out
-    outputs the ODE samples of ``eval.num_steps`` steps with the sampler's shift and guidance.
+    outputs the ODE samples of ``sampler.eval_num_steps`` steps with its shift and guidance.
 
     Args:
         train_config: the run's config (``sampler``, ``eval`` and ``train.rollout_batch_size``).
@@ -90,10 +161,18 @@ class FlowRollout(Rollout[FlowPolicy, FB]):
     def evaluation_outputs(
         self, policy: FlowPolicy, prompts: list[str], samples_per_prompt: int, seed: int
     ) -> OutputFn:
-        s, e = self.train_config.sampler, self.train_config.eval
+        s = self.train_config.sampler
         return ode_outputs(
-            policy, prompts, samples_per_prompt, seed, e.num_steps, s.shift, s.guidance_scale
+            policy, prompts, samples_per_prompt, seed, s.eval_num_steps, s.shift, s.guidance_scale
         )
 
 
-__all__ = ["FlowRollout", "decode_in_chunks", "fixed_seed_batch", "ode_outputs", "sample_ode"]
+__all__ = [
+    "FlowRollout",
+    "FlowSamplingConfig",
+    "StochasticSamplingConfig",
+    "decode_in_chunks",
+    "fixed_seed_batch",
+    "ode_outputs",
+    "sample_ode",
+]

@@ -8,16 +8,39 @@ which positions precede the end token, and the step at which each token was reve
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
+from genrl.overrides import ConfigError
 from genrl.protocols import MaskedTokenPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import MaskedSamples
 from genrl.rollouts.base import OutputFn, Rollout
-from genrl.rollouts.tokens import EVAL_SEED_STRIDE
+from genrl.rollouts.tokens import EVAL_SEED_STRIDE, TokenGenerationConfig
 from samplers.masked import MaskedDiffusionSampler
+
+
+@dataclass
+class UnmaskingConfig(TokenGenerationConfig):
+    """``generation.*`` of masked-diffusion rollouts (``max_new_tokens`` is the fixed
+    completion length)."""
+
+    diffusion_steps: int = 0
+    """Unmasking steps over the completion (0 = one token per step)."""
+    block_length: int | None = None
+    """Semi-autoregressive block size (None = one block)."""
+    remasking: Literal["low_confidence", "random"] = "low_confidence"
+    """Reveal the most confident predictions or random positions."""
+
+    def validate(self) -> None:
+        super().validate()
+        steps = self.diffusion_steps or self.max_new_tokens
+        try:
+            MaskedDiffusionSampler(steps, self.block_length).schedule(self.max_new_tokens)
+        except ValueError as err:
+            raise ConfigError(f"generation: {err}") from None
 
 
 class UnmaskingRollout(Rollout[MaskedTokenPolicy, MaskedSamples]):
@@ -94,4 +117,4 @@ def up_to_end(tokens: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
     return ~after_end
 
 
-__all__ = ["UnmaskingRollout", "up_to_end"]
+__all__ = ["UnmaskingConfig", "UnmaskingRollout", "up_to_end"]

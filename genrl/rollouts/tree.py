@@ -77,10 +77,6 @@ class BranchingRolloutConfig:
                 f"train.group_size ({t.group_size}) must equal the tree's leaves "
                 f"(prod of algorithm.branching = {schedule.num_leaves})"
             )
-        if s.sde_window_size:
-            raise ConfigError(
-                "branch_grpo: use algorithm.ode_steps instead of sampler.sde_window_*"
-            )
         if t.dynamic_sampling:
             raise ConfigError(
                 "branch_grpo trains whole trees: train.dynamic_sampling is not supported"
