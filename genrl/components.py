@@ -8,30 +8,39 @@ from typing import Any
 import torch
 
 from genrl.config import TrainConfig
-from genrl.overrides import ConfigError
+from genrl.overrides import ConfigError, unknown_message
 from genrl.protocols import Policy
 from pipelines.loading import MissingExtraError, missing_extra
 
 
 def build_policy_from(config: TrainConfig) -> Policy:
     """The adapter of ``config.policy`` (weights loaded, not yet set up for training)."""
-    from pipelines import build_policy
+    from pipelines import policy_class
 
     p = config.policy
-    return _build(
-        build_policy, p.name, "policy", pretrained=p.pretrained, **_policy_options(p), **p.kwargs
-    )
+    options = {
+        "pretrained": p.pretrained,
+        "dtype": p.dtype,
+        "gradient_checkpointing": p.gradient_checkpointing,
+        **p.kwargs,
+    }
+    return _build(lambda: policy_class(p.name, p.pretrained), p.name, "policy.kwargs", options)
 
 
 def build_reward_from(config: TrainConfig, device: torch.device) -> Any:
     """The weighted ``CompositeReward`` of ``config.reward``; rewards that take a device get
     ``device`` (this process's accelerator) unless their spec sets one."""
-    from reward_models import CompositeReward, build_reward
+    from reward_models import CompositeReward, reward_class
 
     return CompositeReward(
         [
             (
-                _build(build_reward, spec.name, f"reward.{i}", **_reward_options(spec, device)),
+                _build(
+                    lambda spec=spec: reward_class(spec.name),
+                    spec.name,
+                    f"reward.{i}.kwargs",
+                    _reward_options(spec, device),
+                ),
                 spec.weight,
             )
             for i, spec in enumerate(config.reward)
@@ -39,24 +48,50 @@ def build_reward_from(config: TrainConfig, device: torch.device) -> Any:
     )
 
 
-def _build(factory: Any, name: str, field: str, /, **kwargs: Any) -> Any:
-    """Build a registered policy/reward; wrong keyword arguments name the config field, and a
-    missing optional library names the extra that installs it."""
+def _build(target: Any, name: str, field: str, kwargs: dict[str, Any]) -> Any:
+    """Build a registered policy/reward from ``target()`` (its class or factory, imported on
+    first use): a keyword its signature does not take is named with the config field and the
+    nearest accepted one, and a missing optional library (at import or when the adapter loads
+    it) names the extra that installs it."""
     try:
-        return factory(name, **kwargs)
-    except TypeError as err:
-        if "argument" not in str(err):
-            raise
-        raise ConfigError(f"{field}: cannot build {name!r} with {kwargs}: {err}") from err
+        factory = target()
+        accepted = accepted_keywords(factory)
+        unknown = [key for key in kwargs if accepted is not None and key not in accepted]
+        if unknown:
+            assert accepted is not None
+            raise ConfigError(
+                unknown_message(unknown[0], sorted(accepted), f"{field}.{unknown[0]}")
+                + f" ({name!r} takes no such keyword)"
+            )
+        return factory(**kwargs)
     except MissingExtraError:
         raise
     except ImportError as err:
         # Adapters bring transformers with diffusers; reward models with the rewards extra.
-        extra = "diffusers" if field == "policy" else "rewards"
-        missing = missing_extra(err, f"{field} {name!r}", extra)
+        extra = "diffusers" if field.startswith("policy") else "rewards"
+        missing = missing_extra(err, f"{field.split('.')[0]} {name!r}", extra)
         if missing is None:
             raise
         raise missing from err
+
+
+def accepted_keywords(factory: Any) -> set[str] | None:
+    """The keyword names ``factory`` (a class or function) accepts, following a class's
+    ``**kwargs`` into the ``__init__`` of its bases; None when it takes any keyword without
+    forwarding it to a signature we can read."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if inspect.isclass(factory):
+        inits = [k.__dict__["__init__"] for k in factory.__mro__ if "__init__" in k.__dict__]
+        signatures = [inspect.signature(init) for init in inits]
+    else:
+        signatures = [inspect.signature(factory)]
+    names: set[str] = set()
+    for signature in signatures:
+        parameters = signature.parameters.values()
+        names |= {p.name for p in parameters if p.kind in named and p.name != "self"}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return names
+    return None
 
 
 def _reward_options(spec: Any, device: torch.device) -> dict[str, Any]:
@@ -69,14 +104,3 @@ def _reward_options(spec: Any, device: torch.device) -> dict[str, Any]:
     if takes_device and "device" in inspect.signature(reward_class(spec.name)).parameters:
         kwargs["device"] = device
     return kwargs
-
-
-def _policy_options(p: Any) -> dict[str, Any]:
-    """Generic policy settings, passed only when they differ from the default so that adapters
-    without them (the embedded toy) still build."""
-    options: dict[str, Any] = {}
-    if p.dtype != "float32":
-        options["dtype"] = p.dtype
-    if p.gradient_checkpointing:
-        options["gradient_checkpointing"] = True
-    return options

@@ -26,26 +26,25 @@ class Updater:
 
     Args:
         config: the run's configuration (``train`` and ``optim`` sections).
-        policy: the adapter; its ``module`` is prepared by ``accelerator``.
+        policy: the adapter, its ``module`` already prepared (``genrl.run.build_run``).
         accelerator: the run's ``accelerate.Accelerator``.
+        optimizer: the prepared optimizer over the trainable parameters.
         units_per_iteration: training units per iteration on this process (plans the schedule).
     """
 
     def __init__(
-        self, config: TrainConfig, policy: Policy, accelerator: Any, units_per_iteration: int
+        self,
+        config: TrainConfig,
+        policy: Policy,
+        accelerator: Any,
+        optimizer: torch.optim.Optimizer,
+        units_per_iteration: int,
     ) -> None:
         o, t = config.optim, config.train
         self.config = config
         self.policy = policy
         self.accelerator = accelerator
-        optimizer = torch.optim.AdamW(
-            policy.trainable_parameters(),
-            lr=o.lr,
-            betas=(o.betas[0], o.betas[1]),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
-        policy.module, self.optimizer = accelerator.prepare(policy.module, optimizer)
+        self.optimizer = optimizer
         self.ema = EMA(policy.network, o.ema_decay, o.ema_every) if o.ema_decay else None
         self.planned_units = units_per_iteration
         self.planned_minibatches = math.ceil(units_per_iteration / t.minibatch_size)

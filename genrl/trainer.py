@@ -21,18 +21,16 @@ import torch
 from genrl import checkpoint as ckpt
 from genrl import rundir
 from genrl.advantages import zero_std_fraction
-from genrl.algorithms import ALGORITHMS
 from genrl.allocation import DynamicSamplingError
 from genrl.collection import BatchCollector, CollectedBatch
-from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
 from genrl.evaluation import EvalResult, evaluate
-from genrl.groups import group_stats, process_slice
+from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
-from genrl.prompts import load_prompts
+from genrl.run import build_run
 
 
 class Trainer:
@@ -60,9 +58,8 @@ class Trainer:
     ) -> None:
         if overwrite and resume_from:
             raise ValueError("overwrite=True starts a run afresh; it cannot resume one")
-        self.accelerator = accelerator or build_accelerator(config.train.mixed_precision)
-        config.validate(self.accelerator.num_processes)
-        self.config = config
+        accelerator = accelerator or build_accelerator(config.train.mixed_precision)
+        config.validate(accelerator.num_processes)
         self.run_dir = rundir.resolve_run_dir(config, run_dir)
         self.overwrite = overwrite
         self._started = False  # a later train() call continues this run in memory
@@ -71,25 +68,14 @@ class Trainer:
         # work (a run directory falls back to its newest intact checkpoint).
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
 
-        # Prompts next: a bad prompt file fails before the model loads.
-        self.prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
-        p = config.policy
-        self.policy = build_policy_from(config)
-        # Seed what setup draws (LoRA initialisation) from the run's seed, leaving the global
-        # RNG of the caller untouched.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            self.policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
-        self.reward = build_reward_from(config, self.accelerator.device)
-        # The algorithm pairs a rollout (phase 2) with an objective (phases 4 and 5).
-        self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
-        self.rollout, self.objective = self.algorithm.build(self.policy)
-
-        t = config.train
-        self.num_global = t.prompts_per_iteration * t.group_size
-        self.local = process_slice(
-            self.num_global, self.accelerator.num_processes, self.accelerator.process_index
-        )
+        # Every component, in build_run's order (genrl/run.py).
+        run = build_run(config, accelerator)
+        self.run = run
+        self.config, self.accelerator = run.config, run.accelerator
+        self.prompts, self.policy, self.reward = run.prompts, run.policy, run.reward
+        self.algorithm, self.rollout, self.objective = run.algorithm, run.rollout, run.objective
+        self.local = run.local
+        self.num_global = config.train.prompts_per_iteration * config.train.group_size
         self.collector = BatchCollector(
             config,
             self.accelerator,
@@ -101,7 +87,7 @@ class Trainer:
             self.local,
         )
         units = self.objective.num_units(self.local.stop - self.local.start)
-        self.updater = Updater(config, self.policy, self.accelerator, units)
+        self.updater = Updater(config, self.policy, self.accelerator, run.optimizer, units)
 
         self.iteration = 0
         self.eval_history: dict[str, Any] = {}

@@ -10,7 +10,7 @@ POLICIES: dict[str, Any] = {
     "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
     # Diffusers flow-matching text-to-image models; flow_image reads the family from the
     # checkpoint's model_index.json.
-    "flow_image": "pipelines.flow_image:flow_image_policy",
+    "flow_image": "pipelines.flow_image:flow_image_policy",  # class: RESOLVERS
     "sd3": "pipelines.sd3:SD3Policy",
     "flux": "pipelines.flux:FluxPolicy",
     "sana": "pipelines.sana:SanaPolicy",
@@ -22,8 +22,18 @@ POLICIES: dict[str, Any] = {
 }
 
 
-def build_policy(name: str, /, **kwargs: Any) -> Any:
-    """Instantiate the adapter registered as ``name``."""
+# name -> "module:function" giving the class of a checkpoint (its family's adapter).
+RESOLVERS: dict[str, str] = {"flow_image": "pipelines.flow_image:flow_image_class"}
+
+
+def policy_class(name: str, pretrained: str | None = None) -> Any:
+    """The class (or factory) registered as ``name``, imported on first use; for a name whose
+    class depends on the checkpoint (``flow_image``), the class of ``pretrained``'s family.
+    Every adapter takes ``pretrained`` and the keywords ``dtype`` and
+    ``gradient_checkpointing``, plus its own (``policy.kwargs``)."""
+    if name in RESOLVERS:
+        module_name, function = RESOLVERS[name].split(":")
+        return getattr(importlib.import_module(module_name), function)(pretrained)
     if name not in POLICIES:
         import difflib
 
@@ -34,4 +44,9 @@ def build_policy(name: str, /, **kwargs: Any) -> Any:
     if isinstance(entry, str):
         module_name, cls_name = entry.split(":")
         entry = getattr(importlib.import_module(module_name), cls_name)
-    return entry(**kwargs)
+    return entry
+
+
+def build_policy(name: str, /, **kwargs: Any) -> Any:
+    """Instantiate the adapter registered as ``name``."""
+    return policy_class(name, kwargs.get("pretrained"))(**kwargs)

@@ -176,3 +176,7 @@ def countdown_lm(pretrained: str | None = None, **kwargs: Any) -> CausalLMPolicy
     """The embedded 308k-parameter Countdown model (``scripts/build_countdown_lm.py``), or
     another checkpoint given as ``pretrained``."""
     return CausalLMPolicy(pretrained or str(EMBEDDED_COUNTDOWN_LM), **kwargs)
+
+
+# It takes what CausalLMPolicy takes (genrl checks a config's keywords against this signature).
+setattr(countdown_lm, "__signature__", inspect.signature(CausalLMPolicy))  # noqa: B010

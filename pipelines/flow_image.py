@@ -332,6 +332,11 @@ def pipeline_class_name(pretrained: str) -> str:
 def flow_image_policy(pretrained: str | None = None, **kwargs: Any) -> FlowImagePolicy:
     """Build the adapter of whatever family ``pretrained`` is (read from its
     ``model_index.json``)."""
+    return flow_image_class(pretrained)(pretrained, **kwargs)
+
+
+def flow_image_class(pretrained: str | None) -> type[FlowImagePolicy]:
+    """The adapter class of the family ``pretrained`` belongs to."""
     if not pretrained:
         raise ValueError("policy flow_image needs policy.pretrained: a hub id or a directory")
     import importlib
@@ -343,5 +348,5 @@ def flow_image_policy(pretrained: str | None = None, **kwargs: Any) -> FlowImage
             "(docs/porting_a_diffusers_model.md shows how to add one)"
         )
     module_name, cls_name = FAMILIES[class_name].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(pretrained, **kwargs)
+    cls: type[FlowImagePolicy] = getattr(importlib.import_module(module_name), cls_name)
+    return cls

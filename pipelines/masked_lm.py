@@ -145,3 +145,7 @@ def sudoku_dllm(pretrained: str | None = None, **kwargs: Any) -> MaskedLMPolicy:
     """The embedded Sudoku masked-diffusion LM (``scripts/build_sudoku_dllm.py``), or another
     checkpoint given as ``pretrained``."""
     return MaskedLMPolicy(pretrained or str(EMBEDDED_SUDOKU_DLLM), **kwargs)
+
+
+# It takes what MaskedLMPolicy takes (genrl checks a config's keywords against this signature).
+setattr(sudoku_dllm, "__signature__", inspect.signature(MaskedLMPolicy))  # noqa: B010

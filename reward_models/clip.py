@@ -131,8 +131,15 @@ class CLIPScoreReward(CLIPSimilarityReward):
     name = "clipscore"
     default_model = "openai/clip-vit-large-patch14"
 
-    def __init__(self, *args: Any, weight: float = 2.5, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        model: str | None = None,
+        processor: str | None = None,
+        device: str | torch.device = "cpu",
+        dtype: str = "float32",
+        weight: float = 2.5,
+    ) -> None:
+        super().__init__(model, processor, device, dtype)
         self.weight = weight
 
     def transform(self, cosine: torch.Tensor) -> torch.Tensor:
@@ -147,8 +154,15 @@ class PickScoreReward(CLIPSimilarityReward):
     default_model = "yuvalkirstain/PickScore_v1"
     default_processor = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
 
-    def __init__(self, *args: Any, normalizer: float = 26.0, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        model: str | None = None,
+        processor: str | None = None,
+        device: str | torch.device = "cpu",
+        dtype: str = "float32",
+        normalizer: float = 26.0,
+    ) -> None:
+        super().__init__(model, processor, device, dtype)
         self.normalizer = normalizer
 
     def transform(self, cosine: torch.Tensor) -> torch.Tensor:

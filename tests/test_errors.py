@@ -115,7 +115,8 @@ def test_settings_that_cannot_train_are_rejected(capsys: pytest.CaptureFixture[s
 
 def test_wrong_reward_kwargs_name_the_field(capsys: pytest.CaptureFixture[str]) -> None:
     err = _cli_error(capsys, "train", "--set", 'reward.0.kwargs={"pth": "x"}')
-    assert "reward.0: cannot build 'digit_classifier'" in err and "pth" in err
+    assert "unknown config key 'reward.0.kwargs.pth'. Did you mean 'path'?" in err
+    assert "'digit_classifier' takes no such keyword" in err
 
 
 class _BadShapeReward(RewardModel):

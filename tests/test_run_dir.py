@@ -47,7 +47,7 @@ def test_the_cli_refuses_before_building_and_overwrite_replaces_only_the_run(
     def no_build(*args: object, **kwargs: object) -> None:
         raise AssertionError("the models were built before the directory was checked")
 
-    monkeypatch.setattr("genrl.trainer.build_policy_from", no_build)
+    monkeypatch.setattr("genrl.run.build_policy_from", no_build)
     assert _cli_train(tmp_path, run) == 2
     err = capsys.readouterr().err
     assert err.startswith("genrl: error: ") and err.count("\n") == 1

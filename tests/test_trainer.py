@@ -389,3 +389,23 @@ def test_sharded_models_evaluate_every_chunk_on_every_process() -> None:
     assert _process_layout(ddp) == (2, 4)
     assert _process_layout(fsdp) == (0, 1)  # all processes run all chunks together
     assert _process_layout(None) == (0, 1)
+
+
+def test_build_run_makes_every_component_in_order(tmp_path: Path) -> None:
+    """genrl.run.build_run: the components a Trainer drives, built once; the optimizer holds
+    exactly the trainable parameters, and the module the accelerator prepared is the policy's."""
+    from genrl.run import build_run
+
+    run = build_run(tiny_config(tmp_path, "policy.lora_rank=4"))
+    params = {id(p) for group in run.optimizer.param_groups for p in group["params"]}
+    assert params == {id(p) for p in run.policy.trainable_parameters()} and params
+    assert run.local == slice(0, 16)  # 4 prompts x 4 samples, one process
+    assert type(run.rollout).__name__ == "FlowSDERollout"
+    assert type(run.objective).__name__ == "FlowPolicyGradient"
+    # One keyword set for every adapter: the embedded model refuses what it cannot do.
+    from genrl.overrides import ConfigError
+
+    with pytest.raises(ValueError, match="runs in float32"):
+        build_run(tiny_config(tmp_path, "policy.dtype=bfloat16", "train.mixed_precision=bf16"))
+    with pytest.raises(ConfigError, match=r"policy\.kwargs\.heigth.*takes no such keyword"):
+        build_run(tiny_config(tmp_path, 'policy.kwargs={"heigth": 8}'))

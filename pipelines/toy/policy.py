@@ -15,12 +15,24 @@ class ToyDigitsPolicy(FlowPolicy):
 
     Args:
         pretrained: path of a ``digits_flow`` safetensors file; None uses the embedded weights.
+        dtype: only ``float32`` (the model is 660k parameters).
+        gradient_checkpointing: not offered (its activations are a few kilobytes).
     """
 
     latent_shape = (1, 8, 8)
 
-    def __init__(self, pretrained: str | None = None) -> None:
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        *,
+        dtype: str = "float32",
+        gradient_checkpointing: bool = False,
+    ) -> None:
         super().__init__()
+        if dtype != "float32":
+            raise ValueError(f"the embedded digits model runs in float32, not {dtype}")
+        if gradient_checkpointing:
+            raise ValueError("the embedded digits model has no gradient checkpointing")
         self.network: nn.Module = load_flow_model(pretrained)
         self.network.requires_grad_(False)
         self.module = self.network

@@ -1,0 +1,109 @@
+"""Building a run: every component of training, made in one visible order (``build_run``).
+
+The trainer (``genrl/trainer.py``) drives a ``Run``; scripts and benchmarks that need the parts
+without the loop (a rollout to time, an objective to profile) build one the same way. Nothing
+is replaced later behind the caller's back: the policy's ``module`` is wrapped by
+``accelerator.prepare`` here, in step 6, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from genrl.algorithms import ALGORITHMS
+from genrl.algorithms.base import Algorithm
+from genrl.components import build_policy_from, build_reward_from
+from genrl.config import TrainConfig
+from genrl.groups import process_slice
+from genrl.launch import build_accelerator
+from genrl.objectives.base import Objective
+from genrl.prompts import PromptSource, load_prompts
+from genrl.protocols import Policy
+from genrl.rollouts.base import Rollout
+
+
+@dataclass
+class Run:
+    """The components of one training run (``build_run`` documents the order).
+
+    Attributes:
+        config: the validated configuration.
+        accelerator: the run's ``accelerate.Accelerator`` (processes, devices, autocast).
+        prompts: training and held-out prompts.
+        policy: the adapter, set up for training; ``policy.module`` is the prepared module.
+        reward: the weighted composite of the configured reward models.
+        algorithm: the registered pairing (``config.algorithm.name``).
+        rollout: how samples are made (phase 2).
+        objective: advantages, training units and the loss (phases 4 and 5).
+        optimizer: AdamW over the trainable parameters, prepared by the accelerator.
+        local: this process's slice of every iteration's global batch.
+    """
+
+    config: TrainConfig
+    accelerator: Any
+    prompts: PromptSource
+    policy: Policy
+    reward: Any
+    algorithm: Algorithm
+    rollout: Rollout[Any, Any]
+    objective: Objective[Any, Any, Any]
+    optimizer: torch.optim.Optimizer
+    local: slice
+
+
+def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
+    """Validate ``config`` and build its components: 1. prompts (a bad prompt file fails before
+    any model loads), 2. the policy with its weights, 3. its training setup (LoRA or full
+    fine-tuning, once, seeded from ``config.seed`` without touching the caller's RNG), 4. the
+    rewards on this process's device, 5. the algorithm's rollout and objective bound to the
+    policy (which checks the policy's kind), 6. the optimizer, with the policy's module and the
+    optimizer prepared by the accelerator (DDP, FSDP or DeepSpeed wrapping happens here)."""
+    accelerator = accelerator or build_accelerator(config.train.mixed_precision)
+    config.validate(accelerator.num_processes)
+
+    # 1. Prompts.
+    prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
+    # 2-3. The policy, made trainable once.
+    p = config.policy
+    policy = build_policy_from(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        policy.setup_training(p.lora_rank, p.lora_alpha, p.lora_target_modules)
+    # 4. Rewards.
+    reward = build_reward_from(config, accelerator.device)
+    # 5. Rollout and objective.
+    algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
+    rollout, objective = algorithm.build(policy)
+    # 6. Optimizer; the accelerator wraps the module and the optimizer.
+    o = config.optim
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(),
+        lr=o.lr,
+        betas=(o.betas[0], o.betas[1]),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+    )
+    policy.module, optimizer = accelerator.prepare(policy.module, optimizer)
+
+    t = config.train
+    local = process_slice(
+        t.prompts_per_iteration * t.group_size, accelerator.num_processes, accelerator.process_index
+    )
+    return Run(
+        config=config,
+        accelerator=accelerator,
+        prompts=prompts,
+        policy=policy,
+        reward=reward,
+        algorithm=algorithm,
+        rollout=rollout,
+        objective=objective,
+        optimizer=optimizer,
+        local=local,
+    )
+
+
+__all__ = ["Run", "build_run"]
