@@ -404,8 +404,9 @@ def test_build_run_makes_every_component_in_order(tmp_path: Path) -> None:
     assert type(run.objective).__name__ == "FlowPolicyGradient"
     # One keyword set for every adapter: the embedded model refuses what it cannot do.
     from genrl.overrides import ConfigError
+    from pipelines import build_policy
 
     with pytest.raises(ValueError, match="runs in float32"):
-        build_run(tiny_config(tmp_path, "policy.dtype=bfloat16", "train.mixed_precision=bf16"))
+        build_policy("toy_digits", dtype="bfloat16", gradient_checkpointing=False)
     with pytest.raises(ConfigError, match=r"policy\.kwargs\.heigth.*takes no such keyword"):
         build_run(tiny_config(tmp_path, 'policy.kwargs={"heigth": 8}'))
