@@ -1,7 +1,8 @@
 """Policy losses shared by every ratio-based algorithm: the clipped surrogate and KL terms.
 
 A loss is a small object whose ``__call__`` returns ``(loss, metrics)``; metrics are detached
-Python floats ready for logging. Both surrogates (over flow transitions and over tokens) build
+0-dim tensors (``Metrics``), reduced to floats once per iteration by the trainer, so logging
+costs no device synchronisation per minibatch. Both surrogates (over flow transitions and over tokens) build
 their per-element terms with ``surrogate_terms``, so clipping, dual-clip and the log-ratio
 clamp behave the same everywhere.
 """
@@ -15,6 +16,8 @@ import torch
 
 from samplers.base import reduce_event
 
+Metrics = dict[str, torch.Tensor]
+"""Detached 0-dim tensors, by name."""
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"]
 AGGREGATIONS: tuple[str, ...] = ("sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant")
@@ -82,34 +85,35 @@ def _check_ranges(low: float, high: float, clip_ratio_c: float | None) -> None:
         raise ValueError(f"clip_ratio_c (dual clip) must be > 1, got {clip_ratio_c}")
 
 
-def _ratio_metrics(terms: SurrogateTerms, counted: torch.Tensor | None) -> dict[str, float]:
-    """Clip fractions, ratio range and the KL estimates of the counted elements."""
+def _ratio_metrics(terms: SurrogateTerms, counted: torch.Tensor | None) -> Metrics:
+    """Clip fractions, ratio range and the KL estimates of the counted elements (the neutral
+    values 0 and ratio 1 when none counts), computed without a device synchronisation."""
     with torch.no_grad():
-        if counted is not None:
-            if not bool(counted.any()):
-                return {
-                    "clip_fraction": 0.0,
-                    "dual_clip_fraction": 0.0,
-                    "ratio_mean": 1.0,
-                    "ratio_min": 1.0,
-                    "ratio_max": 1.0,
-                    "approx_kl": 0.0,
-                    "ppo_kl": 0.0,
-                }
-            pick = lambda x: x.expand_as(counted)[counted]  # noqa: E731
-        else:
-            pick = lambda x: x.reshape(-1)  # noqa: E731
-        ratio, log_ratio = pick(terms.ratio), pick(terms.log_ratio)
+        if counted is None:
+            counted = torch.ones_like(terms.log_ratio, dtype=torch.bool)
+        counted = counted.expand_as(terms.log_ratio)
+        n = counted.sum().clamp(min=1)
+        ratio, log_ratio = terms.ratio.expand_as(counted), terms.log_ratio
+        any_counted = counted.any()
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            return torch.where(counted, x.expand_as(counted).float(), 0.0).sum() / n
+
+        one = torch.ones((), device=ratio.device)
         return {
-            "clip_fraction": float(pick(terms.clipped).float().mean()),
-            "dual_clip_fraction": float(pick(terms.dual_clipped).float().mean()),
-            "ratio_mean": float(ratio.mean()),
-            "ratio_min": float(ratio.min()),
-            "ratio_max": float(ratio.max()),
+            "clip_fraction": mean(terms.clipped),
+            "dual_clip_fraction": mean(terms.dual_clipped),
+            "ratio_mean": torch.where(any_counted, mean(ratio), one),
+            "ratio_min": torch.where(
+                any_counted, torch.where(counted, ratio, torch.inf).min(), one
+            ),
+            "ratio_max": torch.where(
+                any_counted, torch.where(counted, ratio, -torch.inf).max(), one
+            ),
             # Flow-GRPO logs 0.5 * mean(d^2) as "approx_kl" (train_sd3.py); verl logs the mean
             # of old minus new log-prob as "ppo_kl" (core_algos.compute_policy_loss_vanilla).
-            "approx_kl": float(0.5 * log_ratio.square().mean()),
-            "ppo_kl": float(-log_ratio.mean()),
+            "approx_kl": 0.5 * mean(log_ratio.square()),
+            "ppo_kl": -mean(log_ratio),
         }
 
 
@@ -143,7 +147,7 @@ class ClippedSurrogate:
         old_log_probs: torch.Tensor,
         advantages: torch.Tensor,
         weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         """Loss over ``[N]`` elements (samples, or sample-timestep pairs).
 
         Args:
@@ -264,7 +268,7 @@ class TokenClippedSurrogate:
         advantages: torch.Tensor,
         mask: torch.Tensor,
         tokens_per_minibatch: float | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         """Args: ``log_probs``/``old_log_probs``/``mask`` ``[B, T]``; ``advantages`` ``[B]``
         (one per sequence) or ``[B, T]`` (per token, e.g. process rewards);
         ``tokens_per_minibatch`` the normaliser of the ``token_mean`` aggregation.
@@ -363,12 +367,11 @@ def token_kl(
     raise ValueError(f"KL estimator must be one of k1, k2, k3, got {estimator!r}")
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``values`` over the ``mask`` elements (0 when none), for logging."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the ``mask`` elements (0 when none), detached, for logging."""
     counted = mask.bool()
-    if not bool(counted.any()):
-        return 0.0
-    return float(values.detach()[counted].mean())
+    total = torch.where(counted, values.detach().float(), 0.0).sum()
+    return total / counted.sum().clamp(min=1)
 
 
 def token_policy_loss(
@@ -383,7 +386,7 @@ def token_policy_loss(
     kl_estimator: KLEstimator = "k3",
     tokens_per_minibatch: float | None = None,
     extra: dict[str, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, Metrics]:
     """The token objective of the GRPO family: the clipped surrogate plus ``kl_beta`` times the
     per-token KL to the reference, both reduced by ``surrogate.aggregation``.
 
@@ -394,20 +397,20 @@ def token_policy_loss(
 
     Metrics: the surrogate's, ``policy_loss``, and with a KL term ``kl_loss`` (the reduced term
     ``kl_beta`` multiplies) and ``kl`` (the mean per-token k3 over the counted tokens, what TRL
-    logs as ``kl``); ``extra`` values are added as floats.
+    logs as ``kl``); ``extra`` values are added, detached.
     """
     if old_log_probs.shape[-1] == 0:
         old_log_probs = log_probs.detach()
     loss, metrics = surrogate(log_probs, old_log_probs, advantages, mask, tokens_per_minibatch)
-    metrics["policy_loss"] = float(loss.detach())
+    metrics["policy_loss"] = loss.detach()
     if kl_beta > 0:
         kl = token_kl(log_probs, ref_log_probs, kl_estimator, mask)
         kl_loss = aggregate(
             kl, mask, surrogate.aggregation, surrogate.max_length, tokens_per_minibatch
         )
         loss = loss + kl_beta * kl_loss
-        metrics["kl_loss"] = float(kl_loss.detach())
+        metrics["kl_loss"] = kl_loss.detach()
         metrics["kl"] = masked_mean(token_kl(log_probs, ref_log_probs, "k3", mask), mask)
     for name, value in (extra or {}).items():
-        metrics[name] = float(value)
+        metrics[name] = value.detach()
     return loss, metrics

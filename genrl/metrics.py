@@ -6,8 +6,11 @@ import contextlib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from genrl.fileio import naming_full_disk
 
@@ -99,19 +102,35 @@ def _parse(path: Path, number: int, line: str) -> dict[str, Any]:
 
 
 class MeanAccumulator:
-    """Averages metric dicts over minibatches."""
+    """Averages metric dicts over minibatches. Values may be detached 0-dim tensors (kept on
+    their device and summed there) or floats; ``means`` reads every tensor back in one
+    transfer per device, so accumulating costs no synchronisation per minibatch."""
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = defaultdict(float)
+        self.sums: dict[str, Any] = {}
         self.counts: dict[str, int] = defaultdict(int)
 
-    def add(self, metrics: dict[str, float]) -> None:
+    def add(self, metrics: Mapping[str, Any]) -> None:
         for k, v in metrics.items():
-            self.sums[k] += float(v)
+            value = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+            self.sums[k] = value if k not in self.sums else self.sums[k] + value
             self.counts[k] += 1
 
     def means(self, prefix: str = "") -> dict[str, float]:
-        return {prefix + k: self.sums[k] / self.counts[k] for k in self.sums}
+        return {prefix + k: v / self.counts[k] for k, v in to_floats(self.sums).items()}
+
+
+def to_floats(values: Mapping[str, Any]) -> dict[str, float]:
+    """Floats of a dict of 0-dim tensors and numbers, one device transfer per device."""
+    out = {k: float(v) for k, v in values.items() if not isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
+    by_device: dict[torch.device, list[str]] = defaultdict(list)
+    for k, v in tensors.items():
+        by_device[v.device].append(k)
+    for keys in by_device.values():
+        read = torch.stack([tensors[k].reshape(()).float() for k in keys]).tolist()
+        out.update(zip(keys, read, strict=True))
+    return {k: out[k] for k in values}
 
 
 def console_line(iteration: int, total: int, metrics: dict[str, float]) -> str:

@@ -11,7 +11,8 @@ import torch
 
 from genrl.config import TrainConfig
 from genrl.ema import EMA
-from genrl.metrics import MeanAccumulator
+from genrl.losses import Metrics
+from genrl.metrics import MeanAccumulator, to_floats
 from genrl.objectives.base import StepContext
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
@@ -70,11 +71,12 @@ class Updater:
         t, acc = self.config.train, self.accelerator
         accumulate = t.gradient_accumulation_steps
         tracker = MeanAccumulator()
-        first_ratio_deviation = None
+        first_ratios: tuple[torch.Tensor, torch.Tensor] | None = None
         for epoch in range(t.inner_epochs):
             order = noise.local_permutation(20_000 + epoch, len(units))
             chunks = self._minibatches(order)
             tokens = self._tokens_per_minibatch(objective, units, chunks)
+            window_losses: list[tuple[int, torch.Tensor, Metrics]] = []
             for k, index in enumerate(chunks):
                 # The last accumulation window of an epoch may be shorter: divide by its size.
                 window_start = (k // accumulate) * accumulate
@@ -84,25 +86,22 @@ class Updater:
                 step = StepContext(window, tokens[k // accumulate] if tokens else None)
                 with sync, acc.autocast():
                     loss, metrics = objective.loss(self.policy, units.select(index), step)
-                    if not torch.isfinite(loss):
-                        terms = ", ".join(f"{k2}={v:.4g}" for k2, v in metrics.items())
-                        raise NonFiniteLossError(
-                            f"the loss is {float(loss.detach())} (epoch {epoch}, minibatch {k}; {terms}); "
-                            "lower optim.lr or check the reward scale"
-                        )
                     acc.backward(loss / window)
-                if first_ratio_deviation is None and "ratio_max" in metrics:
-                    first_ratio_deviation = max(
-                        abs(metrics["ratio_max"] - 1), abs(metrics["ratio_min"] - 1)
-                    )
+                if first_ratios is None and "ratio_max" in metrics:
+                    first_ratios = (metrics["ratio_min"], metrics["ratio_max"])
+                window_losses.append((k, loss.detach(), metrics))
                 tracker.add({f"loss/{name}": v for name, v in metrics.items()})
-                tracker.add({"loss/total": float(loss.detach())})
+                tracker.add({"loss/total": loss.detach()})
                 if is_step:
+                    # One synchronisation per optimizer step: no update from a non-finite loss.
+                    self._check_finite(window_losses, epoch)
+                    window_losses = []
                     tracker.add(self._step())
         out = tracker.means()
-        if first_ratio_deviation is not None:
+        if first_ratios is not None:
             # 0 exactly on an on-policy first update: the porting check of Flow-GRPO's README.
-            out["loss/first_minibatch_ratio_deviation"] = first_ratio_deviation
+            low, high = (float(r) for r in first_ratios)
+            out["loss/first_minibatch_ratio_deviation"] = max(abs(high - 1), abs(low - 1))
         out["train_units"] = float(len(units))
         out["lr"] = self.lr(max(0, self.steps - 1))
         out["optimizer_steps"] = float(self.steps)
@@ -124,12 +123,12 @@ class Updater:
         and all processes (DAPO's token mean divides by it); empty when the objective does not
         count tokens. One all-reduce per epoch."""
         accumulate = self.config.train.gradient_accumulation_steps
+        if not chunks or objective.loss_tokens(units.select(chunks[0])) is None:
+            return []  # the loss counts no tokens: nothing to select or reduce
         windows = [chunks[i : i + accumulate] for i in range(0, len(chunks), accumulate)]
         counts = [
             [objective.loss_tokens(units.select(index)) for index in window] for window in windows
         ]
-        if not counts or counts[0][0] is None:
-            return []
         device = self.accelerator.device
         totals = torch.tensor([float(sum(c)) for c in counts], device=device)
         if self.accelerator.num_processes > 1:
@@ -139,14 +138,29 @@ class Updater:
             float(total) / (processes * len(w)) for total, w in zip(totals, windows, strict=True)
         ]
 
-    def _step(self) -> dict[str, float]:
+    @staticmethod
+    def _check_finite(window: list[tuple[int, torch.Tensor, Metrics]], epoch: int) -> None:
+        """Raise ``NonFiniteLossError`` naming the first minibatch of the accumulation window
+        whose loss is NaN or infinite, with its loss terms."""
+        finite = torch.stack([torch.isfinite(loss) for _, loss, _ in window])
+        if bool(finite.all()):
+            return
+        k, loss, metrics = window[int((~finite).int().argmax())]
+        terms = ", ".join(f"{name}={v:.4g}" for name, v in to_floats(metrics).items())
+        raise NonFiniteLossError(
+            f"the loss is {float(loss)} (epoch {epoch}, minibatch {k}; {terms}); "
+            "lower optim.lr or check the reward scale"
+        )
+
+    def _step(self) -> dict[str, Any]:
         o = self.config.optim
         params = self.policy.trainable_parameters()
+        grad_norm: torch.Tensor | float
         if o.max_grad_norm is not None:
-            grad_norm = float(self.accelerator.clip_grad_norm_(params, o.max_grad_norm))
+            grad_norm = self.accelerator.clip_grad_norm_(params, o.max_grad_norm)
         else:
             norms = [p.grad.norm() for p in params if p.grad is not None]
-            grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+            grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else 0.0
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr(self.steps)
         self.optimizer.step()

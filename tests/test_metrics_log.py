@@ -54,3 +54,21 @@ def test_a_corrupt_line_before_the_last_is_named(
     assert main(["train", "--resume", str(run), *sets, "--set", "train.iterations=3"]) == 2
     err = capsys.readouterr().err
     assert f"genrl: error: {path}: line 2 is not valid JSON" in err
+
+
+def test_mean_accumulator_reads_tensors_back_once() -> None:
+    """Loss metrics stay 0-dim tensors through the minibatches; ``means`` converts them (and
+    plain numbers) to floats at the end."""
+    import torch
+
+    from genrl.metrics import MeanAccumulator, to_floats
+
+    tracker = MeanAccumulator()
+    tracker.add({"loss/a": torch.tensor(1.0), "lr": 0.5})
+    tracker.add(
+        {"loss/a": torch.tensor(2.0), "lr": 1.5, "loss/b": torch.tensor(4, dtype=torch.int64)}
+    )
+    means = tracker.means()
+    assert means == {"loss/a": 1.5, "lr": 1.0, "loss/b": 4.0}
+    assert all(type(v) is float for v in means.values())
+    assert to_floats({"x": torch.tensor(0.25), "y": 3}) == {"x": 0.25, "y": 3.0}

@@ -233,5 +233,5 @@ def test_token_policy_loss_logs_trl_kl() -> None:
     assert metrics["kl_loss"] == pytest.approx(((math.e - 2) / 2 + math.exp(-1)) / 2, abs=1e-6)
     # Ratio 1: policy term -mean over sequences of A = -(1 - 1) / 2 = 0.
     assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-7)
-    assert float(loss) == pytest.approx(0.5 * metrics["kl_loss"], abs=1e-6)
+    assert float(loss) == pytest.approx(0.5 * float(metrics["kl_loss"]), abs=1e-6)
     assert float(k3[0, 2]) == 0.0  # an uncounted token carries no KL

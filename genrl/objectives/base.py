@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from genrl.losses import Metrics
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 from genrl.rollout import Batch
@@ -91,7 +92,7 @@ class Objective(abc.ABC, Generic[P, B, U]):
     @abc.abstractmethod
     def loss(
         self, policy: P, minibatch: U, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         """The scalar loss of a minibatch of units, with metrics. The trainer divides it by
         ``step.minibatches`` and processes average their gradients."""
 

@@ -22,6 +22,7 @@ from genrl.advantages import (
     median_centered_advantages,
     validate_median_groups,
 )
+from genrl.losses import Metrics
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
 from genrl.overrides import ConfigError
@@ -212,7 +213,7 @@ class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions])
 
     def loss(
         self, policy: FlowPolicy, minibatch: FlowTransitions, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         del step
         return self.step_loss(policy, minibatch)
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.losses import ClippedSurrogate, gaussian_mean_kl
+from genrl.losses import ClippedSurrogate, Metrics, gaussian_mean_kl
 from genrl.objectives.regression_losses import per_sample_mean
 from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy
@@ -116,9 +116,7 @@ class FlowStepLoss:
             config.clip_range, config.clip_range_high, config.clip_ratio_c
         )
 
-    def __call__(
-        self, policy: FlowPolicy, mb: FlowTransitions
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def __call__(self, policy: FlowPolicy, mb: FlowTransitions) -> tuple[torch.Tensor, Metrics]:
         sampler = self.rollout.sampler
         sigmas = sampler.sigmas.to(mb.sample.device)
         sigma = sigmas[mb.timestep_index]
@@ -128,7 +126,7 @@ class FlowStepLoss:
             loss, metrics = self._guarded(out, mb, sigmas)
         else:
             loss, metrics = self.surrogate(out.log_prob, mb.old_log_probs, mb.advantages)
-        metrics["policy_loss"] = float(loss.detach())
+        metrics["policy_loss"] = loss.detach()
         if self.config.kl_beta > 0:
             with torch.no_grad(), policy.reference():
                 v_ref = policy.velocity(mb.sample, sigma, mb.condition, self.guidance)
@@ -138,12 +136,12 @@ class FlowStepLoss:
                 std = sampler.reference_std(mb.timestep_index, mb.sample)
             kl = gaussian_mean_kl(out.mean, ref_mean, std, sampler.log_prob_reduction).mean()
             loss = loss + self.config.kl_beta * kl
-            metrics["kl_loss"] = float(kl.detach())
+            metrics["kl_loss"] = kl.detach()
         return loss, metrics
 
     def _guarded(
         self, out: Any, mb: FlowTransitions, sigmas: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         """GRPO-Guard's ratio normalisation and per-step reweighting (its
         ``train_sd3_GRPO_Guard.py``): with ``s`` the transition std,
         ``log r = s * (lp - lp_old + mean((mu - mu_old)^2) / (2 s^2))``, which equals

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from genrl.losses import Metrics
+
 
 def per_sample_mean(x: torch.Tensor, batch_dims: int = 1) -> torch.Tensor:
     """Mean over every dimension after the first ``batch_dims``."""
@@ -44,7 +46,7 @@ class RAMLoss:
         target_velocity: torch.Tensor,
         weights: torch.Tensor,
         time_weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         w = weights.view(-1, *([1] * (velocity.dim() - 1)))
         with torch.no_grad():
             target = reference_velocity + w * (target_velocity - correction_velocity)
@@ -54,14 +56,14 @@ class RAMLoss:
         loss = per_unit.mean()
         with torch.no_grad():
             metrics = {
-                "regression_loss": float(loss),
-                "reference_distance": float(
+                "regression_loss": loss.detach(),
+                "reference_distance": (
                     per_sample_mean((velocity - reference_velocity) ** 2).mean()
-                ),
-                "flow_matching_error": float(
+                ).detach(),
+                "flow_matching_error": (
                     per_sample_mean((velocity - target_velocity) ** 2).mean()
-                ),
-                "weight_abs_mean": float(weights.abs().mean()),
+                ).detach(),
+                "weight_abs_mean": weights.abs().mean(),
             }
         return loss, metrics
 
@@ -101,7 +103,7 @@ class GroupRankingLoss:
         reference_velocity: torch.Tensor,
         target_velocity: torch.Tensor,
         rewards: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         reduce = per_sample_mean if self.reduction == "mean" else _per_sample_sum
         error = reduce((target_velocity - velocity) ** 2, 2)  # [U, k]
         with torch.no_grad():
@@ -129,11 +131,13 @@ class GroupRankingLoss:
         with torch.no_grad():
             top_prob = torch.softmax(s, dim=1)[:, 0]
             metrics = {
-                "rank_loss": float(rank_loss.mean()),
-                "best_flow_matching": float(best_error.mean()),
-                "implicit_reward_spread": float((s.max(1).values - s.min(1).values).mean()),
-                "best_probability": float(top_prob.mean()),
-                "ranking_accuracy": float((s[:, :-1] >= s[:, 1:]).float().mean()) if k > 1 else 1.0,
+                "rank_loss": rank_loss.mean(),
+                "best_flow_matching": best_error.mean(),
+                "implicit_reward_spread": (s.max(1).values - s.min(1).values).mean(),
+                "best_probability": top_prob.mean(),
+                "ranking_accuracy": (
+                    (s[:, :-1] >= s[:, 1:]).float().mean() if k > 1 else torch.ones(())
+                ),
             }
         return loss, metrics
 
@@ -177,7 +181,7 @@ class NFTLoss:
         clean: torch.Tensor,
         sigma: torch.Tensor,
         optimality: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         t = sigma.view(-1, *([1] * (velocity.dim() - 1)))
         old = old_velocity.detach()
         positive = self.beta * velocity + (1 - self.beta) * old
@@ -188,17 +192,17 @@ class NFTLoss:
         policy_loss = self.scale * per_sample.mean()
         loss = policy_loss
         metrics = {
-            "policy_loss": float(policy_loss.detach()),
-            "positive_loss": float(positive_loss.detach().mean()),
-            "negative_loss": float(negative_loss.detach().mean()),
-            "optimality_mean": float(optimality.mean()),
+            "policy_loss": policy_loss.detach(),
+            "positive_loss": positive_loss.detach().mean(),
+            "negative_loss": negative_loss.detach().mean(),
+            "optimality_mean": optimality.detach().mean(),
         }
         if reference_velocity is not None and self.kl_beta > 0:
             kl = per_sample_mean((velocity - reference_velocity.detach()) ** 2).mean()
             loss = loss + self.kl_beta * kl
-            metrics["kl"] = float(kl.detach())
+            metrics["kl"] = kl.detach()
         with torch.no_grad():
-            metrics["old_distance"] = float(per_sample_mean((velocity - old) ** 2).mean())
+            metrics["old_distance"] = per_sample_mean((velocity - old) ** 2).mean()
         return loss, metrics
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import PerPromptStatTracker, clip_advantages, group_moments
+from genrl.losses import Metrics
 from genrl.objectives.base import StepContext
 from genrl.objectives.regression import EndpointRegression, NoisingConfig, unit_velocity
 from genrl.objectives.regression_losses import GroupRankingLoss, NFTLoss, RAMLoss
@@ -80,7 +81,7 @@ class RAMObjective(EndpointRegression):
 
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         del step
         mb = minibatch
         target = (mb.noise - mb.clean).flatten(0, 1)
@@ -94,7 +95,7 @@ class RAMObjective(EndpointRegression):
         if self.config.correction == "current":
             correction = velocity.detach()
         weights = self.config.reward_multiplier * mb.advantages.reshape(-1)
-        below = float((weights < -1).float().mean())
+        below = (weights < -1).float().mean().detach()
         if self.config.min_weight is not None:
             weights = weights.clamp(min=self.config.min_weight)
         time_weights = None
@@ -172,7 +173,7 @@ class GDROObjective(EndpointRegression):
 
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         del step
         mb = minibatch
         target = mb.noise - mb.clean
@@ -259,7 +260,7 @@ class NFTObjective(EndpointRegression):
 
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         del step
         mb = minibatch
         reference = None

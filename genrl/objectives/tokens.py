@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from genrl.advantages import median_centered_advantages, sequence_advantages, validate_median_groups
-from genrl.losses import AGGREGATIONS, TokenClippedSurrogate, token_policy_loss
+from genrl.losses import AGGREGATIONS, Metrics, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.overrides import ConfigError
 from genrl.protocols import CausalTokenPolicy, TokenPolicy
@@ -199,7 +199,7 @@ class TokenObjective(Objective[TP, TB, TU]):
 
     def loss(
         self, policy: TP, minibatch: TU, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         mb: Any = minibatch  # every token unit type has these fields
         return token_policy_loss(
             self.surrogate,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from genrl.advantages import clip_advantages
+from genrl.losses import Metrics
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
 from genrl.objectives.tree_pruning import (
@@ -242,7 +243,7 @@ class TreePolicyGradient(Objective[FlowPolicy, TreeTrajectories, FlowTransitions
 
     def loss(
         self, policy: FlowPolicy, minibatch: FlowTransitions, step: StepContext | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, Metrics]:
         del step
         return self.step_loss(policy, minibatch)
 
