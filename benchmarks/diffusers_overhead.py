@@ -48,7 +48,7 @@ from timing import DTYPES, PhaseTimer, autocast, synchronize, time_interleaved
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise
+from genrl.rng import RolloutNoise, Streams
 from genrl.rollouts.flow_sde import FlowSDERollout
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py
@@ -327,7 +327,7 @@ def training_minibatch(
     rollout.advantages = torch.randn(len(prompts), generator=generator).to(device)
     with torch.no_grad():
         units = objective.units(policy, rollout, noise)
-    order = noise.local_permutation(20_000, len(units))
+    order = noise.local_permutation((Streams.MINIBATCH_ORDER, 0), len(units))
     if args.minibatch > len(units):
         raise SystemExit(
             f"--minibatch {args.minibatch} exceeds the {len(units)} transitions of one rollout"

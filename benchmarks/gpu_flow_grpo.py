@@ -48,7 +48,7 @@ from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise
+from genrl.rng import RolloutNoise, Streams
 
 # transformer/config.json of stabilityai/stable-diffusion-3.5-medium.
 SD35_MEDIUM = {
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         units = objective.units(policy, rollout, noise)
     if args.minibatch > len(units):
         raise SystemExit(f"--minibatch {args.minibatch} > {len(units)} transitions in the rollout")
-    order = noise.local_permutation(20_000, len(units))[: args.minibatch]
+    order = noise.local_permutation((Streams.MINIBATCH_ORDER, 0), len(units))[: args.minibatch]
     minibatch = units.select(order.to(device))
 
     # Training steps, checkpointing off/on on the same model and minibatch, interleaved.

@@ -17,12 +17,9 @@ import torch
 
 from genrl.groups import expand_groups, gather
 from genrl.protocols import Policy
-from genrl.rng import RolloutNoise
+from genrl.rng import RolloutNoise, Streams, stream_generator
 from genrl.rollout_store import GroupRecord, RolloutStore
 from genrl.rollouts.base import Rollout
-
-# Fill batches draw noise from their own seed space, apart from training iterations'.
-FILL_SEED_OFFSET = 900_001
 
 
 def validate_offline(config: Any, num_processes: int) -> None:
@@ -91,11 +88,12 @@ class OfflineSource:
         added = 0
         for start in range(have, self.target_groups, per):
             batch = start // per
-            chunk = prompts.sample(per, cfg.seed + FILL_SEED_OFFSET, batch)
+            chunk = prompts.sample(per, cfg.seed, batch, purpose=Streams.OFFLINE_FILL)
             global_prompts, global_ids = expand_groups(chunk, size)
             noise = RolloutNoise(
-                cfg.seed + FILL_SEED_OFFSET, batch, per * size, local, cfg.train.noise_layout
-            )
+                cfg.seed, batch, per * size, local, cfg.train.noise_layout,
+                purpose=Streams.OFFLINE_FILL,
+            )  # fmt: skip
             policy.module.eval()
             with torch.no_grad(), acc.autocast(), policy.reference():
                 sampled = rollout.collect(policy, global_prompts[local], global_ids[local], noise)
@@ -110,7 +108,7 @@ class OfflineSource:
                             prompt=prompt,
                             samples=samples[g * size : (g + 1) * size],
                             rewards={k: v[g * size : (g + 1) * size] for k, v in gathered.items()},
-                            seeds=[cfg.seed + FILL_SEED_OFFSET, batch, g],
+                            seeds=[cfg.seed, batch, g],  # of the offline_fill streams
                             sampler=_sampler_record(cfg, reward, rollout),
                         )
                         for g, prompt in enumerate(chunk)
@@ -177,7 +175,7 @@ class OfflineSource:
         ids = []
         for position in range(iteration * per, (iteration + 1) * per):
             epoch, index = divmod(position, total)
-            generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+            generator = stream_generator("genrl", Streams.OFFLINE_ORDER, self.config.seed, epoch)
             ids.append(int(torch.randperm(total, generator=generator)[index]))
         return ids
 

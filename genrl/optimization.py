@@ -15,7 +15,7 @@ from genrl.losses import Metrics
 from genrl.metrics import MeanAccumulator, to_floats
 from genrl.objectives.base import StepContext
 from genrl.protocols import Policy
-from genrl.rng import RolloutNoise
+from genrl.rng import RolloutNoise, Streams
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -73,7 +73,7 @@ class Updater:
         tracker = MeanAccumulator()
         first_ratios: tuple[torch.Tensor, torch.Tensor] | None = None
         for epoch in range(t.inner_epochs):
-            order = noise.local_permutation(20_000 + epoch, len(units))
+            order = noise.local_permutation((Streams.MINIBATCH_ORDER, epoch), len(units))
             chunks = self._minibatches(order)
             tokens = self._tokens_per_minibatch(objective, units, chunks)
             window_losses: list[tuple[int, torch.Tensor, Metrics]] = []

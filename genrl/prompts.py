@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from genrl.rng import Streams, stream_generator
+
 
 @dataclass
 class PromptSource:
@@ -27,11 +29,14 @@ class PromptSource:
         if not self.eval:
             raise ValueError("the prompt source has no evaluation prompts")
 
-    def sample(self, n: int, seed: int, iteration: int, offset: int = 0) -> list[str]:
+    def sample(
+        self, n: int, seed: int, iteration: int, offset: int = 0, purpose: str = "train"
+    ) -> list[str]:
         """Prompts ``offset .. offset + n`` of the iteration's stream of shuffled passes over the
         training prompts (``offset > 0``: the refill rounds of dynamic sampling, which continue
-        the stream instead of repeating its first prompts)."""
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + iteration * 31 + 17)
+        the stream instead of repeating its first prompts); another ``purpose`` (filling an
+        offline store) draws a stream of its own."""
+        generator = stream_generator("genrl", purpose, Streams.PROMPTS, seed, iteration)
         order: list[int] = []
         while len(order) < offset + n:
             order.extend(torch.randperm(len(self.train), generator=generator).tolist())

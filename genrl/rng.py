@@ -1,47 +1,71 @@
 """The random streams of a run, in one place.
 
-Everything random in an iteration derives from ``(seed, iteration, round)`` and a stream tag, so
-a resumed run and a run on N processes draw what an uninterrupted one-process run draws.
-``RolloutNoise`` hands out the streams; ``Streams`` names every tag the library uses (each tag
-stays a fixed integer, so the numbers of a run never change with the code's layout).
+Everything random derives from a stream key: a stable hash (BLAKE2b, not Python's salted
+``hash``) of the run's seed, the iteration, the dynamic-sampling round, the stream's name and,
+where a stream has several members, their indices (a sampling step, an epoch, a group, a
+process's first sample). So a resumed run and a run on N processes draw what an uninterrupted
+one-process run draws, streams never collide by arithmetic accident (the old ``a * p + b``
+mixes could), and adding a stream changes no other stream's numbers. ``Streams`` names every
+stream the library uses; ``RolloutNoise`` hands out one iteration's streams.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import torch
 
+StreamId = str | tuple[str | int, ...]
+"""A stream: its name, or its name and member indices, e.g. ``(Streams.STEP_NOISE, 3)``."""
+
+
+def stream_key(*parts: str | int) -> int:
+    """A 63-bit seed from ``parts``: BLAKE2b of their text, the same on every machine and
+    Python version."""
+    text = "/".join(str(part) for part in parts)
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def stream_generator(*parts: str | int) -> torch.Generator:
+    """A CPU generator seeded with ``stream_key(*parts)``."""
+    return torch.Generator().manual_seed(stream_key(*parts))
+
 
 class Streams:
-    """The stream tags of ``RolloutNoise`` (integers; keep them fixed, runs depend on them)."""
+    """The names of the library's random streams (changing one changes the runs that use it)."""
 
-    INITIAL_NOISE = 0
+    PROMPTS = "prompts"
+    """The training prompts of an iteration (``PromptSource.sample``)."""
+    INITIAL_NOISE = "initial_noise"
     """Initial noise of flow rollouts (per sample, or per group with shared noise)."""
-    STEP_NOISE = 1
-    """Step ``i``'s noise is stream ``STEP_NOISE + i``."""
-    SDE_WINDOW = 9_000
+    STEP_NOISE = "step_noise"
+    """Sampling step ``i``'s noise: ``(STEP_NOISE, i)``."""
+    SDE_WINDOW = "sde_window"
     """Where a random SDE window sits."""
-    STEP_SELECTION = 10_000
+    STEP_SELECTION = "step_selection"
     """Which steps of a trajectory are trained (random selection)."""
-    DROP_REFILL = 10_500
+    DROP_REFILL = "drop_refill"
     """Zero-advantage trajectories taken back to fill minibatches."""
-    MINIBATCH_ORDER = 20_000
-    """Epoch ``e``'s shuffle of training units is stream ``MINIBATCH_ORDER + e``."""
-    NOISING_TIME = 30_000
+    MINIBATCH_ORDER = "minibatch_order"
+    """Epoch ``e``'s shuffle of training units: ``(MINIBATCH_ORDER, e)``."""
+    NOISING_TIME = "noising_time"
     """``t`` of the regression objectives' noisings."""
-    NOISING_EPS = 31_000
+    NOISING_EPS = "noising_eps"
     """``eps`` of the regression objectives' noisings."""
-    TOKEN_SAMPLING = 31_337
+    TOKEN_SAMPLING = "token_sampling"
     """Token sampling of language-model rollouts."""
-    MEMBER_EPS = 32_000
+    MEMBER_EPS = "member_eps"
     """GDRO's per-member ``eps`` when a group does not share it."""
-    MASK_VIEWS = 40_000
-    """Inner iteration ``j``'s masked-LM views are seeded from stream ``MASK_VIEWS + j``."""
-    TREE_EDGES = 50_000
-    """BranchGRPO's split noise: ``TREE_EDGES + step * 100_003 + 7 * group``."""
-    OFFLINE_FILL_SEED = 900_001
-    """Offset of the seed that fills an offline store (its batches draw apart from training)."""
+    MASK_VIEWS = "mask_views"
+    """Inner iteration ``j``'s masked-LM views: ``(MASK_VIEWS, j)``."""
+    TREE_EDGES = "tree_edges"
+    """BranchGRPO's split noise of step ``t`` in tree ``g``: ``(TREE_EDGES, t, g)``."""
+    OFFLINE_FILL = "offline_fill"
+    """The batches that fill an offline store (apart from training's)."""
+    OFFLINE_ORDER = "offline_order"
+    """Pass ``e``'s order of an offline store's groups: ``(OFFLINE_ORDER, e)``."""
 
 
 class RolloutNoise:
@@ -62,6 +86,7 @@ class RolloutNoise:
         local: slice,
         layout: str = "global",
         round_index: int = 0,
+        purpose: str = "train",
     ) -> None:
         if layout not in ("global", "local"):
             raise ValueError(f"noise layout must be 'global' or 'local', got {layout!r}")
@@ -70,46 +95,49 @@ class RolloutNoise:
         self.num_global = num_global
         self.local = local
         self.layout = layout
-        self.round_index = (
-            round_index  # refill round of dynamic sampling (0: the iteration's first batch)
-        )
+        self.round_index = round_index  # refill round of dynamic sampling (0: the first batch)
+        self.purpose = purpose  # "train", or e.g. Streams.OFFLINE_FILL: apart from training
 
     @property
     def num_local(self) -> int:
         return self.local.stop - self.local.start
 
-    def generator(self, tag: int) -> torch.Generator:
-        """A CPU generator for stream ``tag``, the same on every process."""
-        # Large odd multipliers keep neighbouring iterations and tags from colliding.
-        key = self.seed * 1_000_003 + self.iteration * 7_919 + tag * 104_729
-        return torch.Generator().manual_seed((key + self.round_index * 15_485_867) % (2**63 - 1))
+    def key(self, stream: StreamId, *members: str | int) -> int:
+        """The seed of ``stream`` (and ``members``) in this iteration and round."""
+        parts = (stream,) if isinstance(stream, str) else stream
+        head = ("genrl", self.purpose, self.seed, self.iteration, self.round_index)
+        return stream_key(*head, *parts, *members)
 
-    def _per_sample(self, draw: Any, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
+    def generator(self, stream: StreamId) -> torch.Generator:
+        """A CPU generator for ``stream``, the same on every process."""
+        return torch.Generator().manual_seed(self.key(stream))
+
+    def _local_generator(self, stream: StreamId) -> torch.Generator:
+        """A stream of this process's slice: distinct across processes, fixed across resumes."""
+        return torch.Generator().manual_seed(self.key(stream, "slice", self.local.start))
+
+    def _per_sample(self, draw: Any, stream: StreamId, shape: tuple[int, ...]) -> torch.Tensor:
         if self.layout == "global":
-            return draw((self.num_global, *shape), generator=self.generator(tag))[self.local]
-        # A stream per (tag, slice start): distinct across processes, fixed across resumes.
-        return draw(
-            (self.num_local, *shape), generator=self.generator(tag * 65_537 + self.local.start)
-        )
+            return draw((self.num_global, *shape), generator=self.generator(stream))[self.local]
+        return draw((self.num_local, *shape), generator=self._local_generator(stream))
 
     def randn(
-        self, tag: int, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
+        self, stream: StreamId, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
     ) -> torch.Tensor:
-        """``[n_local, *event_shape]`` standard-normal noise for stream ``tag`` on ``device``
-        (drawn on the CPU, so the numbers do not depend on the accelerator)."""
-        return self._per_sample(torch.randn, tag, event_shape).to(device)
+        """``[n_local, *event_shape]`` standard-normal noise of ``stream`` on ``device`` (drawn
+        on the CPU, so the numbers do not depend on the accelerator)."""
+        return self._per_sample(torch.randn, stream, event_shape).to(device)
 
     def randn_by_sample(
-        self, tag: int, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
+        self, stream: StreamId, event_shape: tuple[int, ...], device: torch.device | str = "cpu"
     ) -> torch.Tensor:
-        """``[n_local, *event_shape]`` standard-normal noise, each sample from its own stream
-        seeded from stream ``tag`` of the global batch: the same numbers on any number of
-        processes (like ``layout="global"``) at the cost of this process's samples only (large
-        per-sample draws, e.g. several noisings of a 512 px latent)."""
-        seeds = torch.randint(2**62, (self.num_global,), generator=self.generator(tag))
+        """``[n_local, *event_shape]`` standard-normal noise, each sample from its own member
+        of ``stream`` (keyed by its index in the global batch): the same numbers on any number
+        of processes (like ``layout="global"``) at the cost of this process's samples only
+        (large per-sample draws, e.g. several noisings of a 512 px latent)."""
         rows = [
-            torch.randn(event_shape, generator=torch.Generator().manual_seed(int(seed)))
-            for seed in seeds[self.local].tolist()
+            torch.randn(event_shape, generator=torch.Generator().manual_seed(self.key(stream, i)))
+            for i in range(self.local.start, self.local.stop)
         ]
         if not rows:
             return torch.zeros((0, *event_shape), device=device)
@@ -117,7 +145,7 @@ class RolloutNoise:
 
     def randn_per_group(
         self,
-        tag: int,
+        stream: StreamId,
         event_shape: tuple[int, ...],
         group_ids: torch.Tensor,
         num_groups: int,
@@ -129,20 +157,20 @@ class RolloutNoise:
         ids = group_ids.cpu()
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= num_groups):
             raise ValueError(f"group ids must lie in [0, {num_groups}), got {ids.tolist()}")
-        table = torch.randn((num_groups, *event_shape), generator=self.generator(tag))
+        table = torch.randn((num_groups, *event_shape), generator=self.generator(stream))
         return table[ids].to(device)
 
-    def rand(self, tag: int, shape: tuple[int, ...]) -> torch.Tensor:
-        """``[n_local, *shape]`` uniform numbers for stream ``tag`` (CPU)."""
-        return self._per_sample(torch.rand, tag, shape)
+    def rand(self, stream: StreamId, shape: tuple[int, ...]) -> torch.Tensor:
+        """``[n_local, *shape]`` uniform numbers of ``stream`` (CPU)."""
+        return self._per_sample(torch.rand, stream, shape)
 
-    def device_generator(self, tag: int, device: torch.device | str) -> torch.Generator:
+    def device_generator(self, stream: StreamId, device: torch.device | str) -> torch.Generator:
         """A generator on ``device`` for this process's slice, for samplers that draw on the
         accelerator (token sampling): reproducible on resume, but, like ``layout="local"``,
         dependent on the process layout."""
-        seed = torch.randint(2**62, (1,), generator=self.generator(tag * 65_537 + self.local.start))
-        return torch.Generator(device).manual_seed(int(seed))
+        seed = self.key(stream, "slice", self.local.start)
+        return torch.Generator(device).manual_seed(seed)
 
-    def local_permutation(self, tag: int, n: int) -> torch.Tensor:
+    def local_permutation(self, stream: StreamId, n: int) -> torch.Tensor:
         """A permutation of this process's ``n`` training units (differs across processes)."""
-        return torch.randperm(n, generator=self.generator(tag * 65_537 + self.local.start))
+        return torch.randperm(n, generator=self._local_generator(stream))

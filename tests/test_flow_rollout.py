@@ -10,7 +10,7 @@ from tiny import tiny_config
 
 from genrl.groups import expand_groups
 from genrl.overrides import ConfigError
-from genrl.rng import RolloutNoise
+from genrl.rng import RolloutNoise, Streams
 from genrl.trainer import Trainer
 from samplers.windows import sde_window_mask, sde_window_start
 
@@ -138,12 +138,12 @@ def test_no_window_and_independent_noise_is_the_plain_flow_grpo_rollout(tmp_path
     trainer = _trainer(tmp_path)
     rollout, noise = _collect(trainer)
     policy, sde = trainer.policy, trainer.rollout.sampler
-    x = noise.randn(0, policy.latent_shape)
+    x = noise.randn(Streams.INITIAL_NOISE, policy.latent_shape)
     condition = policy.encode_prompts(rollout.prompts)
     assert torch.equal(rollout.latents[:, 0], x)
     for i in range(sde.num_steps):
         v = policy.velocity(x, sde.sigmas[i].expand(len(x)), condition)
-        out = sde.step(v, i, x, noise=noise.randn(i + 1, policy.latent_shape))
+        out = sde.step(v, i, x, noise=noise.randn((Streams.STEP_NOISE, i), policy.latent_shape))
         assert torch.equal(rollout.log_probs[:, i], out.log_prob)
         x = out.prev_sample
     assert torch.equal(rollout.final, x)
@@ -176,12 +176,18 @@ def test_cps_window_trains_every_window_step_when_it_cannot_reach_the_last_step(
 
 def test_noise_per_group_is_shared_and_independent_of_the_slice() -> None:
     groups = torch.tensor([0, 0, 1, 1, 2, 2])
-    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(0, (2,), groups, 3)
+    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(
+        Streams.INITIAL_NOISE, (2,), groups, 3
+    )
     assert torch.equal(whole[0], whole[1]) and not torch.equal(whole[1], whole[2])
-    second_half = RolloutNoise(3, 7, 6, slice(3, 6)).randn_per_group(0, (2,), groups[3:], 3)
+    second_half = RolloutNoise(3, 7, 6, slice(3, 6)).randn_per_group(
+        Streams.INITIAL_NOISE, (2,), groups[3:], 3
+    )
     assert torch.equal(second_half, whole[3:])
     with pytest.raises(ValueError, match="group ids"):
-        RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(0, (2,), groups + 1, 3)
+        RolloutNoise(3, 7, 6, slice(0, 6)).randn_per_group(
+            Streams.INITIAL_NOISE, (2,), groups + 1, 3
+        )
 
 
 def test_window_and_sampler_settings_that_cannot_apply_are_rejected(tmp_path: Path) -> None:

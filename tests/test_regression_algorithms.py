@@ -237,9 +237,10 @@ def test_the_lagged_copy_is_built_late_and_steps_once_per_iteration(tmp_path: Pa
 def test_per_sample_noise_streams_do_not_depend_on_the_process_layout() -> None:
     from genrl.rng import RolloutNoise
 
-    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_by_sample(5, (2, 3))
+    whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_by_sample("test_stream", (2, 3))
     halves = [
-        RolloutNoise(3, 7, 6, s).randn_by_sample(5, (2, 3)) for s in (slice(0, 3), slice(3, 6))
+        RolloutNoise(3, 7, 6, s).randn_by_sample("test_stream", (2, 3))
+        for s in (slice(0, 3), slice(3, 6))
     ]
     assert torch.equal(torch.cat(halves), whole)
     assert not torch.equal(whole[0], whole[1])

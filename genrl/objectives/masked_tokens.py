@@ -102,7 +102,7 @@ class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples,
         iterations = 1 if self.views.estimator == "trace" else self.views.num_iterations
         views = []
         for j in range(iterations):
-            generator = noise.generator(Streams.MASK_VIEWS + j)
+            generator = noise.generator((Streams.MASK_VIEWS, j))
             seed = int(torch.randint(2**62, (1,), generator=generator)) + noise.local.start
             views += self.estimator.views(
                 batch.prompt_ids, batch.tokens, batch.valid, batch.reveal_step,

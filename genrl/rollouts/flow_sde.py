@@ -242,7 +242,7 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
         # Step noise is drawn (on the CPU) and moved before the loop: a host-to-device copy inside
         # it would wait for the queued forward and stall the accelerator every step.
         step_noise = {
-            i: noise.randn(Streams.STEP_NOISE + i, shape, device)
+            i: noise.randn((Streams.STEP_NOISE, i), shape, device)
             for i in range(self.num_steps)
             if window[i]
         }

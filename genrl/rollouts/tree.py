@@ -144,7 +144,7 @@ class BranchingRollout(FlowRollout[TreeTrajectories]):
 
         def draws(step: int, n: int, event: tuple[int, ...]) -> torch.Tensor:
             if n == noise.num_local:  # one edge per sample: Flow-GRPO's per-step stream
-                return noise.randn(Streams.STEP_NOISE + step, event)
+                return noise.randn((Streams.STEP_NOISE, step), event)
             # One stream per tree, keyed by its group id: a tree grows the same on any number
             # of processes (edges are tree-major).
             per_tree = n // len(roots)
@@ -152,7 +152,7 @@ class BranchingRollout(FlowRollout[TreeTrajectories]):
                 [
                     torch.randn(
                         (per_tree, *event),
-                        generator=noise.generator(Streams.TREE_EDGES + step * 100_003 + 7 * int(g)),
+                        generator=noise.generator((Streams.TREE_EDGES, step, int(g))),
                     )
                     for g in roots.tolist()
                 ]
