@@ -1,9 +1,9 @@
 """Phases 1-4 of an iteration: prompts, rollout, rewards, advantages (DESIGN.md section 2).
 
 ``BatchCollector.collect(iteration)`` returns the training batch of this process with its
-advantages, plus the gathered scores for logging. Everything random derives from
-``(seed, iteration, round)``, so a resumed run and a run on N processes draw what an
-uninterrupted one-process run draws. With ``train.dynamic_sampling`` it samples refill rounds
+advantages, plus the gathered scores for logging. Everything random derives from named streams
+of ``(seed, iteration, round)``, so a resumed run draws what an uninterrupted one draws, and so
+does a run on N processes wherever the streams are global (``genrl/rng.py``). With ``train.dynamic_sampling`` it samples refill rounds
 until enough groups have varied rewards (``genrl/allocation.py``).
 """
 

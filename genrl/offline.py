@@ -172,11 +172,15 @@ class OfflineSource:
             raise ValueError(
                 f"the offline store {self.store.directory} is empty: set train.offline_groups"
             )
-        ids = []
+        ids, orders = [], {}
         for position in range(iteration * per, (iteration + 1) * per):
             epoch, index = divmod(position, total)
-            generator = stream_generator("genrl", Streams.OFFLINE_ORDER, self.config.seed, epoch)
-            ids.append(int(torch.randperm(total, generator=generator)[index]))
+            if epoch not in orders:
+                generator = stream_generator(
+                    "genrl", Streams.OFFLINE_ORDER, self.config.seed, epoch
+                )
+                orders[epoch] = torch.randperm(total, generator=generator)
+            ids.append(int(orders[epoch][index]))
         return ids
 
     def epoch(self, iteration: int) -> float:

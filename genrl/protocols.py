@@ -2,8 +2,8 @@
 
 The adapters of ``pipelines/`` implement them structurally (they never import ``genrl``): every
 policy is a ``Policy`` (training setup, the reference, checkpoints, export); flow-matching
-image and video generators are ``FlowPolicy``; causal LMs (and a VLM's language model) are
-``CausalTokenPolicy``; masked-diffusion LMs are ``MaskedTokenPolicy``. A rollout or objective
+image generators are ``FlowPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion LMs
+are ``MaskedTokenPolicy``. Video generators and VLMs will add their own protocols beside these. A rollout or objective
 names the protocol it needs, and its algorithm's ``build`` checks the run's policy against it
 (``require``), so a mismatch (an LM with ``flow_grpo``) fails with a sentence, not an
 ``AttributeError`` deep in sampling. The type checker (``mypy``, in ``.ci/run``) checks every

@@ -3,8 +3,9 @@
 Everything random derives from a stream key: a stable hash (BLAKE2b, not Python's salted
 ``hash``) of the run's seed, the iteration, the dynamic-sampling round, the stream's name and,
 where a stream has several members, their indices (a sampling step, an epoch, a group, a
-process's first sample). So a resumed run and a run on N processes draw what an uninterrupted
-one-process run draws, streams never collide by arithmetic accident (the old ``a * p + b``
+process's first sample). So a resumed run draws what an uninterrupted one draws, and a run on N
+processes what a one-process run draws for every global stream (the process-local ones, token
+sampling and minibatch order, depend on the process's slice), streams never collide by arithmetic accident (the old ``a * p + b``
 mixes could), and adding a stream changes no other stream's numbers. ``Streams`` names every
 stream the library uses; ``RolloutNoise`` hands out one iteration's streams.
 """

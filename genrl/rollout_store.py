@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from genrl.fileio import fsync_directory, fsync_file
-from genrl.rng import stream_generator
+from genrl.rng import Streams, stream_generator
 
 INDEX = "index.jsonl"
 
@@ -194,7 +194,8 @@ class RolloutStore:
     def epochs(self, num_epochs: int, seed: int = 0) -> Iterator[GroupRecord]:
         """Every group once per epoch, in an order shuffled per epoch from ``seed``."""
         for epoch in range(num_epochs):
-            order = torch.randperm(len(self), generator=stream_generator("store", seed, epoch))
+            generator = stream_generator("store", Streams.OFFLINE_ORDER, seed, epoch)
+            order = torch.randperm(len(self), generator=generator)
             for group_id in order.tolist():
                 yield self.group(group_id)
 

@@ -3,10 +3,11 @@
 1. prompts  2. rollout  3. rewards  4. advantages (``genrl/collection.py``)  5. update
 6. bookkeeping
 
-Everything random is derived from ``(seed, iteration)`` (see ``RolloutNoise``): a resumed run
-reproduces an uninterrupted one exactly, and a run on N processes draws the same prompts, noise,
-rewards and advantages as a one-process run (its minibatches differ, as each process shuffles
-its own share).
+Everything random comes from named streams of ``(seed, iteration, round)`` (``genrl/rng.py``):
+a resumed run reproduces an uninterrupted one exactly, and a flow run on N processes draws the
+same prompts, noise, rewards and advantages as a one-process run with the default
+``train.noise_layout=global`` (its minibatches differ, as each process shuffles its own share;
+token sampling draws on each process's own stream, so token runs differ across process counts).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The package layers (DESIGN.md section 3): ``samplers/`` imports only torch (and itself);
+"""The package layers (DESIGN.md section 3): ``samplers/`` imports only torch, itself and a
+few standard-library modules;
 ``pipelines/`` and ``reward_models/`` never import ``genrl``, not even lazily inside a function;
 and no module-level import cycle exists anywhere."""
 
