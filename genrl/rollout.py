@@ -6,6 +6,7 @@ slicing never forget a field.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -99,13 +100,13 @@ def _pad_columns(
     return out
 
 
-class FlowBatch(Batch):
+class FlowBatch(Batch, abc.ABC):
     """Base of the batches of flow rollouts: they end in clean samples (``final``)."""
 
     @property
+    @abc.abstractmethod
     def final(self) -> torch.Tensor:
         """``[N, *event]`` clean samples (what the rewards score)."""
-        raise NotImplementedError
 
 
 @dataclass
