@@ -10,9 +10,10 @@ group) and far fewer model evaluations than ``prod b_j`` full trajectories.
 Layout. Nodes are numbered depth by depth and, within a depth, tree by tree; the children of a
 node are consecutive, so the leaves below a node at any depth form one contiguous block. Step
 ``t`` moves the ``width(t)`` nodes of each tree to ``edges(t)`` children (``width(t) * b`` at a
-split, ``width(t)`` otherwise); every such transition is an *edge* with a parent, a log-prob under
-the density it was actually drawn from (the split sampler's, with its own noise scale, at split
-steps), and a trainable flag (False on ODE steps of the Mix variant).
+split, ``width(t)`` otherwise); every such transition is an *edge* with a parent, the log-prob its
+step's sampler reports (at split steps the split sampler's: with ``ScaledNoiseSampler`` the base
+step's density by default, or the widened one it was drawn from, ``samplers/scaled_noise.py``),
+and a trainable flag (False on ODE steps of the Mix variant).
 
 All live nodes of all trees at one step go through the model together (one batched forward,
 chunked to ``max_batch``), unlike the reference code that evaluates one node per forward.
@@ -108,8 +109,8 @@ class TreeRollout:
         next_states: ``T`` tensors ``[R * edges(t), *event]``: the children after step ``t``
             (``next_states[-1]``: the ``R * L`` leaves, tree-major).
         parents: ``T`` long tensors ``[R * edges(t)]`` into ``states[t]``.
-        log_probs: ``T`` float32 tensors ``[R * edges(t)]`` under the density each edge was
-            drawn from.
+        log_probs: ``T`` float32 tensors ``[R * edges(t)]``, the log-prob each step's sampler
+            reported for the edge (see the module docstring for split steps).
         trainable: ``[T]`` bool, False on ODE steps.
         split: ``[T]`` bool, True where the split sampler drew the step.
     """
