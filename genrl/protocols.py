@@ -95,7 +95,8 @@ class FlowPolicy(Policy, Protocol):
         ...
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` or videos
+        ``[B, F, C, H, W]`` in ``[0, 1]``."""
         ...
 
 

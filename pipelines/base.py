@@ -175,7 +175,8 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
 
     @abc.abstractmethod
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` or videos
+        ``[B, F, C, H, W]`` in ``[0, 1]``."""
 
     # -- shared ---------------------------------------------------------------------------------
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:

@@ -17,8 +17,24 @@ from typing import Any
 import torch
 
 # What a reward can be called on, named as the wire format names them (``reward_models/wire.py``):
-# images ``[B, C, H, W]`` in ``[0, 1]`` or a list of texts.
-OUTPUT_KINDS: tuple[str, ...] = ("images", "texts")
+# images ``[B, C, H, W]`` in ``[0, 1]``, videos ``[B, F, C, H, W]`` in ``[0, 1]`` (F frames), or a
+# list of texts.
+OUTPUT_KINDS: tuple[str, ...] = ("images", "videos", "texts")
+
+
+def output_kind(outputs: Any) -> str:
+    """The ``OUTPUT_KINDS`` name of a batch of outputs: a 4-D tensor holds images, a 5-D one
+    videos, a list texts."""
+    if isinstance(outputs, torch.Tensor):
+        if outputs.ndim == 4:
+            return "images"
+        if outputs.ndim == 5:
+            return "videos"
+        raise ValueError(
+            "outputs must be images [B, C, H, W] or videos [B, F, C, H, W], "
+            f"got a tensor of shape {tuple(outputs.shape)}"
+        )
+    return "texts"
 
 
 @dataclass
@@ -58,6 +74,16 @@ class RewardModel(abc.ABC):
         if len(prompts) != _batch_len(outputs):
             raise ValueError(
                 f"reward {self.name!r}: {_batch_len(outputs)} outputs but {len(prompts)} prompts"
+            )
+        kind = output_kind(outputs)
+        if kind not in self.accepts:
+            hint = (
+                " (score videos with an image reward through reward_models.video.FrameReward)"
+                if kind == "videos" and "images" in self.accepts
+                else ""
+            )
+            raise ValueError(
+                f"reward {self.name!r} scores {' or '.join(self.accepts)}, got {kind}{hint}"
             )
         result = self.score(outputs, list(prompts), list(metadata) if metadata else None)
         if self.name not in result.scores:

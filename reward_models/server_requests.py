@@ -28,10 +28,12 @@ from reward_models.wire import (
     VERSION,
     UnsupportedFormat,
     WireError,
+    as_videos,
     decode_images,
     decode_texts,
     image_pixels,
     open_images,
+    open_videos,
     output_kind,
 )
 
@@ -50,13 +52,15 @@ class RequestError(Exception):
 
 @dataclass
 class ScoreRequest:
-    """A parsed ``POST /score``; images are opened (headers read) but not decoded yet."""
+    """A parsed ``POST /score``; images (or video frames, flattened) are opened (headers
+    read) but not decoded yet."""
 
     prompts: list[str]
     metadata: list[dict[str, Any]] | None
     kind: str
     texts: list[str] = field(default_factory=list)
     pictures: list[Any] = field(default_factory=list)
+    frames: int = 1  # pictures per output: a video's frame count, 1 for images
 
     @property
     def pixels(self) -> int:
@@ -106,9 +110,11 @@ def _parse(body: bytes, reward: str, accepts: Sequence[str], max_pixels: int) ->
     parsed = ScoreRequest(prompts, metadata, kind)
     if kind == "texts":
         parsed.texts = decode_texts(payload)
+    elif kind == "videos":
+        parsed.pictures, parsed.frames = open_videos(payload, max_pixels)
     else:
         parsed.pictures = open_images(payload, max_pixels)
-    count = len(parsed.texts) + len(parsed.pictures)
+    count = len(parsed.texts) + len(parsed.pictures) // parsed.frames
     if count != len(prompts):
         raise WireError(f"{count} outputs but {len(prompts)} prompts")
     return parsed
@@ -134,7 +140,7 @@ class Job:
     def key(self) -> tuple:
         """Jobs with equal keys can share a batch (same kind, same image size)."""
         if isinstance(self.outputs, torch.Tensor):
-            return ("images", *self.outputs.shape[1:])
+            return ("videos" if self.outputs.ndim == 5 else "images", *self.outputs.shape[1:])
         return ("texts",)
 
 
@@ -236,7 +242,8 @@ class DecodeLimits:
             if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise self._busy(f"all {self.max_decodes} decode slots are in use")
             try:
-                return decode_images(request.pictures)
+                decoded = decode_images(request.pictures)
+                return as_videos(decoded, request.frames) if request.kind == "videos" else decoded
             finally:
                 self._slots.release()
         except WireError as err:

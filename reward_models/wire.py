@@ -2,14 +2,15 @@
 
 JSON only: no pickle, so a server never executes what a client sends. Images travel as
 base64-encoded 8-bit PNGs (lossless for 8-bit data; a float image in ``[0, 1]`` is rounded to
-the nearest of 256 levels, at most 0.002 away), texts as strings. NaN scores ("not
+the nearest of 256 levels, at most 0.002 away), videos as one list of PNG frames per video, texts as strings. NaN scores ("not
 applicable") travel as ``null``. PNG is the one image encoding: other bytes (JPEG, GIF, ...,
 16-bit PNG) are refused as ``UnsupportedFormat`` from their signature, and only PIL's PNG
 plugin reads what a client sends.
 
 Request (``POST /score``)::
 
-    {"version": 1, "prompts": [str], "outputs": {"images": [b64 PNG]} | {"texts": [str]},
+    {"version": 1, "prompts": [str],
+     "outputs": {"images": [b64 PNG]} | {"videos": [[b64 PNG]]} | {"texts": [str]},
      "metadata": [object] | null}
 
 Response: ``{"version": 1, "reward": NAME, "scores": {name: [float | null]},
@@ -54,11 +55,17 @@ class UnsupportedFormat(WireError):
     """An output in an encoding the wire format does not carry (a server answers 415)."""
 
 
-def encode_outputs(outputs: Any) -> dict[str, list[str]]:
-    """Images ``[B, C, H, W]`` in ``[0, 1]`` (C = 1 or 3) or a list of texts."""
+def encode_outputs(outputs: Any) -> dict[str, Any]:
+    """Images ``[B, C, H, W]`` or videos ``[B, F, C, H, W]`` in ``[0, 1]`` (C = 1 or 3), or a
+    list of texts."""
     if isinstance(outputs, torch.Tensor):
+        if outputs.ndim == 5 and outputs.shape[2] in (1, 3):
+            return {"videos": [[_png(frame) for frame in video] for video in quantize(outputs)]}
         if outputs.ndim != 4 or outputs.shape[1] not in (1, 3):
-            raise WireError(f"images must be [B, 1 or 3, H, W], got {tuple(outputs.shape)}")
+            raise WireError(
+                "images must be [B, 1 or 3, H, W] and videos [B, F, 1 or 3, H, W], "
+                f"got {tuple(outputs.shape)}"
+            )
         return {"images": [_png(image) for image in quantize(outputs)]}
     if isinstance(outputs, list | tuple) and all(isinstance(t, str) for t in outputs):
         return {"texts": list(outputs)}
@@ -66,10 +73,30 @@ def encode_outputs(outputs: Any) -> dict[str, list[str]]:
 
 
 def output_kind(payload: Any) -> str:
-    """``"images"`` or ``"texts"``: the one key of a request's ``outputs`` object."""
+    """``"images"``, ``"videos"`` or ``"texts"``: the one key of a request's ``outputs``."""
     if not isinstance(payload, dict) or len(payload) != 1 or next(iter(payload)) not in KINDS:
-        raise WireError('"outputs" must be {"images": [...]} or {"texts": [...]}')
+        raise WireError(
+            '"outputs" must be {"images": [...]}, {"videos": [...]} or {"texts": [...]}'
+        )
     return next(iter(payload))
+
+
+def open_videos(payload: Any, max_pixels: int) -> tuple[list[Any], int]:
+    """The frames of a ``{"videos": [[...], ...]}`` payload opened as ``open_images`` opens
+    images (every frame of every video counts against ``max_pixels``), flattened video by
+    video, and the number of frames per video (equal for all)."""
+    videos = payload.get("videos") if isinstance(payload, dict) else None
+    if (
+        not isinstance(videos, list)
+        or not videos
+        or not all(isinstance(v, list) and v for v in videos)
+    ):
+        raise WireError('"videos" must be a non-empty list of non-empty lists of base64 PNGs')
+    frames = {len(v) for v in videos}
+    if len(frames) > 1:
+        raise WireError(f"videos of one request must have the same frame count, got {frames}")
+    flat = [frame for video in videos for frame in video]
+    return open_images({"images": flat}, max_pixels), frames.pop()
 
 
 def decode_texts(payload: Any) -> list[str]:
@@ -132,13 +159,22 @@ def decode_images(pictures: list[Any]) -> torch.Tensor:
 def decode_outputs(payload: Any, max_pixels: int = 64 * 1024 * 1024) -> torch.Tensor | list[str]:
     """Inverse of ``encode_outputs``: float32 images in ``[0, 1]`` or texts. Images holding more
     than ``max_pixels`` pixels together are refused from their headers, before decoding."""
-    if output_kind(payload) == "texts":
+    kind = output_kind(payload)
+    if kind == "texts":
         return decode_texts(payload)
+    if kind == "videos":
+        pictures, frames = open_videos(payload, max_pixels)
+        return as_videos(decode_images(pictures), frames)
     return decode_images(open_images(payload, max_pixels))
 
 
+def as_videos(frames: torch.Tensor, per_video: int) -> torch.Tensor:
+    """Decoded frames ``[B * F, C, H, W]`` -> videos ``[B, F, C, H, W]``."""
+    return frames.view(-1, per_video, *frames.shape[1:])
+
+
 def quantize(images: torch.Tensor) -> torch.Tensor:
-    """``[B, C, H, W]`` float in ``[0, 1]`` -> uint8, as the wire sends it."""
+    """Images (or videos) float in ``[0, 1]`` -> uint8, as the wire sends them."""
     return (images.detach().float().cpu().clamp(0, 1) * 255).round().to(torch.uint8)
 
 
@@ -211,6 +247,7 @@ __all__ = [
     "VERSION",
     "UnsupportedFormat",
     "WireError",
+    "as_videos",
     "decode_images",
     "decode_outputs",
     "decode_scores",
@@ -219,6 +256,7 @@ __all__ = [
     "encode_scores",
     "image_pixels",
     "open_images",
+    "open_videos",
     "output_kind",
     "quantize",
 ]

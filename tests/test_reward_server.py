@@ -342,3 +342,38 @@ def test_requests_that_timed_out_are_not_scored_later() -> None:
         server.shutdown()
     assert len(errors) == 4 and all("504" in str(e) for e in errors)
     assert Counting.calls < 4  # the queued ones were dropped once their clients had a 504
+
+
+class _BrighteningReward(RewardModel):
+    """Mean of the last frame minus the first: a reward only a video has."""
+
+    name = "brightening"
+    accepts = ("videos",)
+
+    def score(self, outputs, prompts, metadata) -> RewardOutput:
+        return RewardOutput({self.name: (outputs[:, -1] - outputs[:, 0]).mean(dim=(1, 2, 3))})
+
+
+def test_videos_travel_frame_by_frame_and_merge_by_shape() -> None:
+    videos = torch.rand(5, 4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    server = RewardServer(_BrighteningReward(), port=0, max_batch_size=3).start()
+    try:
+        remote = RemoteReward(server.address, name="brightening", retries=0)
+        scores = remote(videos, ["p"] * 5).scores["brightening"]
+        # An image server refuses videos before decoding them, naming both kinds.
+        color = RewardServer(TargetColorReward(), port=0).start()
+        try:
+            with pytest.raises(RewardError, match="accepts images, not videos"):
+                RemoteReward(color.address, name="target_color", retries=0)(videos, ["p"] * 5)
+        finally:
+            color.shutdown()
+    finally:
+        server.shutdown()
+    expected = _BrighteningReward()(quantize(videos).float() / 255, ["p"] * 5).scores
+    torch.testing.assert_close(scores, expected["brightening"], rtol=0, atol=1e-7)
+    assert server.batch_sizes == [3, 2]
+
+
+def test_an_image_reward_given_videos_names_the_frame_wrapper() -> None:
+    with pytest.raises(ValueError, match=r"scores images, got videos.*FrameReward"):
+        TargetColorReward()(torch.rand(2, 3, 3, 8, 8), ["a", "b"])

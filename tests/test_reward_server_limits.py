@@ -108,7 +108,7 @@ def test_outputs_of_a_kind_the_reward_does_not_take_get_a_400_naming_what_it_tak
 
 def test_composites_accept_what_all_their_rewards_accept() -> None:
     anything = CallableReward(lambda prompts, completions: [0.0] * len(prompts), name="zero")
-    assert anything.accepts == ("images", "texts")
+    assert anything.accepts == ("images", "videos", "texts")
     assert CompositeReward([(TargetColorReward(), 1.0), (anything, 1.0)]).accepts == ("images",)
     assert CompositeReward([(TargetColorReward(), 1.0), (CountdownReward(), 1.0)]).accepts == ()
     corrected = CorrectedScore({"name": "target_color"}, {"name": "countdown"})
