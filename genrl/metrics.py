@@ -56,6 +56,23 @@ class MetricsWriter:
                 if isinstance(value, int | float) and math.isfinite(value):
                     self._tb.add_scalar(key, value, iteration)
 
+    def add_picture(self, tag: str, path: Path, step: int) -> None:
+        """Show a PNG or (animated) GIF file in TensorBoard's image tab. The file's own bytes
+        go into an image summary, which TensorBoard plays when they are a GIF: torch's
+        ``add_video`` would re-encode the frames and needs moviepy, which genrl does not use."""
+        if self._tb is None:
+            return
+        from PIL import Image
+        from torch.utils.tensorboard.summary import Summary
+
+        with Image.open(path) as picture:
+            width, height = picture.size
+        image = Summary.Image(
+            height=height, width=width, colorspace=3, encoded_image_string=path.read_bytes()
+        )
+        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        self._tb._get_file_writer().add_summary(summary, step)
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()

@@ -23,6 +23,50 @@ def save_sample_grid(
         images: ``[P * S, C, H, W]`` in [0, 1]; sample ``i`` belongs to prompt ``i % P``.
         prompts: the ``P * S`` prompts in sample order.
     """
+    grid = _grid(images, prompts, num_prompts=num_prompts, per_prompt=per_prompt, cell=cell)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(path)
+
+
+def save_video_samples(
+    videos: torch.Tensor,
+    prompts: list[str],
+    gif_path: Path,
+    strip_path: Path,
+    *,
+    num_prompts: int,
+    per_prompt: int = 4,
+    cell: int = 64,
+    frame_ms: int = 250,
+) -> None:
+    """Held-out videos as an animated GIF of the sample grid (``save_sample_grid``'s layout,
+    one grid per frame) and a PNG frame strip: one row per prompt, its first sample's frames
+    left to right.
+
+    Args:
+        videos: ``[P * S, F, C, H, W]`` in [0, 1]; sample ``i`` belongs to prompt ``i % P``.
+        prompts: the ``P * S`` prompts in sample order.
+        frame_ms: how long the GIF shows each frame.
+    """
+    frames = [
+        _grid(videos[:, f], prompts, num_prompts=num_prompts, per_prompt=per_prompt, cell=cell)
+        for f in range(videos.shape[1])
+    ]
+    gif_path.parent.mkdir(parents=True, exist_ok=True)
+    _save_gif(frames, gif_path, frame_ms)
+    distinct = list(dict.fromkeys(prompts))[:num_prompts]
+    firsts = torch.stack([videos[prompts.index(p)] for p in distinct])  # [P, F, C, H, W]
+    strips = firsts.transpose(0, 1).reshape(-1, *videos.shape[2:])  # frame-major order
+    strip_prompts = [p for _ in range(videos.shape[1]) for p in distinct]
+    strip = _grid(
+        strips, strip_prompts, num_prompts=num_prompts, per_prompt=videos.shape[1], cell=cell
+    )
+    strip.save(strip_path)
+
+
+def _grid(
+    images: torch.Tensor, prompts: list[str], *, num_prompts: int, per_prompt: int, cell: int
+) -> Any:
     from PIL import Image, ImageDraw
 
     distinct = list(dict.fromkeys(prompts))[:num_prompts]
@@ -42,28 +86,45 @@ def save_sample_grid(
             # Nearest-neighbour upscaling keeps the pixels of tiny images honest.
             img = _to_pil(images[index]).resize((cell, cell), Image.Resampling.NEAREST)
             grid.paste(img, (label_w + col * (cell + gap), top))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    grid.save(path)
+    return grid
+
+
+def _save_gif(frames: list[Any], path: Path, frame_ms: int) -> None:
+    frames[0].save(
+        path, save_all=True, append_images=frames[1:], duration=frame_ms, loop=0, optimize=False
+    )
 
 
 def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, str]) -> None:
-    """Two sample grids next to each other under a title each (e.g. before | after).
+    """Two sample grids next to each other under a title each (e.g. before | after); two
+    animated GIFs of equal length make an animated GIF, frame by frame.
 
-    Works from the PNG files, so it also works for a run that was resumed in another process.
+    Works from the files, so it also works for a run that was resumed in another process.
     """
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageSequence
 
-    images = [Image.open(left).convert("RGB"), Image.open(right).convert("RGB")]
+    with Image.open(left) as a, Image.open(right) as b:
+        pairs = [
+            (x.convert("RGB"), y.convert("RGB"))
+            for x, y in zip(ImageSequence.Iterator(a), ImageSequence.Iterator(b), strict=False)
+        ]
+        frame_ms = int(a.info.get("duration", 250))
     header, gap = 24, 16
-    width = images[0].width + gap + images[1].width
-    canvas = Image.new("RGB", (width, header + max(i.height for i in images)), "white")
-    draw = ImageDraw.Draw(canvas)
-    x = 0
-    for image, title in zip(images, titles, strict=True):
-        draw.text((x + image.width // 2 - 3 * len(title), 6), title, fill="black")
-        canvas.paste(image, (x, header))
-        x += image.width + gap
-    canvas.save(path)
+    canvases = []
+    for images in pairs:
+        width = images[0].width + gap + images[1].width
+        canvas = Image.new("RGB", (width, header + max(i.height for i in images)), "white")
+        draw = ImageDraw.Draw(canvas)
+        x = 0
+        for image, title in zip(images, titles, strict=True):
+            draw.text((x + image.width // 2 - 3 * len(title), 6), title, fill="black")
+            canvas.paste(image, (x, header))
+            x += image.width + gap
+        canvases.append(canvas)
+    if path.suffix.lower() == ".gif":
+        _save_gif(canvases, path, frame_ms)
+    else:
+        canvases[0].save(path)
 
 
 def _to_pil(image: torch.Tensor) -> Any:

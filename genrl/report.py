@@ -11,8 +11,13 @@ import torch
 
 from genrl.evaluation import EvalResult
 from genrl.fileio import check_output_directory, naming_full_disk
-from genrl.metrics import read_metrics
-from genrl.plots import save_reward_curve, save_sample_grid, save_side_by_side
+from genrl.metrics import MetricsWriter, read_metrics
+from genrl.plots import (
+    save_reward_curve,
+    save_sample_grid,
+    save_side_by_side,
+    save_video_samples,
+)
 
 
 class RunReport:
@@ -31,32 +36,43 @@ class RunReport:
         verb = "resuming" if resumed else "writing"
         print(f"genrl: {verb} run {self.run_dir} (recipe {self.trainer.config.recipe})", flush=True)
 
-    def samples(self, result: EvalResult, stem: str) -> None:
-        """``<stem>.png`` (a grid) for images, ``<stem>.md`` (a table) for texts."""
+    def samples(
+        self, result: EvalResult, stem: str, writer: MetricsWriter | None = None, step: int = 0
+    ) -> None:
+        """``<stem>.png`` (a grid) for images; ``<stem>.gif`` (the grid animated) and
+        ``<stem>.png`` (a frame strip per prompt) for videos; ``<stem>.md`` (a table) for texts.
+        Pictures also go to TensorBoard through ``writer`` (GIFs play there)."""
         if not isinstance(result.outputs, torch.Tensor):
             save_text_samples(result, self.run_dir / f"{stem}.md", self.trainer.reward.name)
             return
-        save_sample_grid(
-            result.outputs,
-            result.prompts,
-            self.run_dir / f"{stem}.png",
-            num_prompts=self.trainer.config.logging.grid_prompts,
-        )
+        png = self.run_dir / f"{stem}.png"
+        num_prompts = self.trainer.config.logging.grid_prompts
+        if result.outputs.ndim == 5:
+            gif = self.run_dir / f"{stem}.gif"
+            save_video_samples(result.outputs, result.prompts, gif, png, num_prompts=num_prompts)
+            if writer is not None:
+                writer.add_picture(f"samples/{stem}", gif, step)
+            return
+        save_sample_grid(result.outputs, result.prompts, png, num_prompts=num_prompts)
+        if writer is not None:
+            writer.add_picture(f"samples/{stem}", png, step)
 
-    def finish(self, after: EvalResult, wall_seconds: float) -> dict[str, Any]:
+    def finish(
+        self, after: EvalResult, wall_seconds: float, writer: MetricsWriter | None = None
+    ) -> dict[str, Any]:
         t = self.trainer
-        self.samples(after, "samples_after")
-        before_png = self.run_dir / "samples_before.png"
-        if before_png.is_file():
-            save_side_by_side(
-                before_png,
-                self.run_dir / "samples_after.png",
-                self.run_dir / "samples_before_after.png",
-                (
-                    f"before (held-out {t.eval_history['before']['reward']:.3f})",
-                    f"after (held-out {after.reward:.3f})",
-                ),
+        self.samples(after, "samples_after", writer, t.iteration)
+        titles = (
+            f"before (held-out {t.eval_history['before']['reward']:.3f})",
+            f"after (held-out {after.reward:.3f})",
+        )
+        for suffix in (".png", ".gif"):
+            before, after_file = (
+                self.run_dir / f"samples_{w}{suffix}" for w in ("before", "after")
             )
+            if before.is_file() and after_file.is_file():
+                both = self.run_dir / f"samples_before_after{suffix}"
+                save_side_by_side(before, after_file, both, titles)
         before = t.eval_history["before"]
         save_reward_curve(
             read_metrics(self.run_dir / "metrics.jsonl"),

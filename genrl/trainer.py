@@ -289,7 +289,7 @@ class Trainer:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)
             if report is not None and writer is not None:
-                report.samples(before, "samples_before")
+                report.samples(before, "samples_before", writer)
                 writer.write(0, _eval_metrics(before))
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
@@ -340,7 +340,7 @@ class Trainer:
             if writer is not None:
                 writer.write(self.iteration, _eval_metrics(after))
             if report is not None:
-                summary = report.finish(after, wall)
+                summary = report.finish(after, wall, writer)
         if writer is not None:
             writer.close()
         if interrupted:

@@ -8,12 +8,13 @@ from typing import Any
 # name -> "module:Class" (imported only when built, so heavy libraries load on demand) or a class.
 POLICIES: dict[str, Any] = {
     "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
-    # Diffusers flow-matching text-to-image models; flow_image reads the family from the
-    # checkpoint's model_index.json.
+    # Diffusers flow-matching text-to-image and text-to-video models; flow_image reads the
+    # family from the checkpoint's model_index.json.
     "flow_image": "pipelines.flow_image:flow_image_policy",  # class: RESOLVERS
     "sd3": "pipelines.sd3:SD3Policy",
     "flux": "pipelines.flux:FluxPolicy",
     "sana": "pipelines.sana:SanaPolicy",
+    "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.causal_lm:countdown_lm",

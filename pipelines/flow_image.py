@@ -309,6 +309,7 @@ FAMILIES: dict[str, str] = {
     "StableDiffusion3Pipeline": "pipelines.sd3:SD3Policy",
     "FluxPipeline": "pipelines.flux:FluxPolicy",
     "SanaPipeline": "pipelines.sana:SanaPolicy",
+    "WanPipeline": "pipelines.wan:WanPolicy",
 }
 
 

@@ -1,4 +1,4 @@
-"""Tiny random diffusers text-to-image pipelines (SD3, FLUX, SANA), built offline from configs.
+"""Tiny random diffusers pipelines (SD3, FLUX, SANA text-to-image; Wan text-to-video), built offline.
 
 The real checkpoints are tens of GB and need the network; these stand-ins keep every component
 type, the wiring between them (embedding widths, packing, latent scaling) and the schedulers'
@@ -49,6 +49,8 @@ from transformers import (
     T5Config,
     T5EncoderModel,
     T5Tokenizer,
+    UMT5Config,
+    UMT5EncoderModel,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -272,6 +274,66 @@ def build_sana(directory: Path) -> Path:
         patch_size=1,
     )
     pipe = SanaPipeline(
+        tokenizer=tokenizer,
+        text_encoder=text_encoder,
+        vae=vae,
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)
+
+
+def build_wan(directory: Path) -> Path:
+    """WanPipeline (Wan 2.1 layout): UMT5 (32) text encoder, causal 3D VAE with 8x spatial and
+    4x temporal compression (4 latent channels, non-trivial per-channel latent statistics), and
+    a 2-layer Wan transformer with 1x2x2 patches; 10k + 17k parameters.
+
+    Sizes: 32x32 videos of 5 frames -> latents (4, 2, 4, 4) -> 2x2x2 = 8 video tokens;
+    ``num_frames - 1`` must be a multiple of 4 and height/width multiples of 16.
+    """
+    from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
+
+    torch.manual_seed(0)
+    tokenizer = t5_tokenizer()
+    text_encoder = UMT5EncoderModel(
+        UMT5Config(
+            vocab_size=len(tokenizer),
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=32,
+            feed_forward_proj="gated-gelu",
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id,
+        )
+    )
+    vae = AutoencoderKLWan(
+        base_dim=4,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.1, -0.2, 0.3, 0.0],
+        latents_std=[1.5, 0.8, 2.0, 1.2],
+    )
+    transformer = WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=4,
+        out_channels=4,
+        text_dim=32,
+        freq_dim=16,
+        ffn_dim=32,
+        num_layers=2,
+        rope_max_seq_len=32,
+    )
+    pipe = WanPipeline(
         tokenizer=tokenizer,
         text_encoder=text_encoder,
         vae=vae,

@@ -1,0 +1,152 @@
+"""Wan 2.1 / 2.2 text-to-video (``WanPipeline``) as a flow policy.
+
+A video is one flow sample: latents ``[C, F', H', W']`` with ``F' = (num_frames - 1) / 4 + 1``
+latent frames (the causal VAE keeps the first frame on its own and packs every later four into
+one) and ``H' = height / 8``, ``W' = width / 8``. Samplers, rollouts and objectives treat it like
+any other ``[B, *event]`` sample: log-probs are reduced over all of ``C x F' x H' x W'``.
+
+Condition: UMT5 token embeddings ``prompt_embeds [B, L, D]`` made by ``pipe.encode_prompt``
+(which cleans the text and zeroes the embeddings past each prompt's tokens, so the transformer
+takes no attention mask). The transformer takes ``timestep = 1000 * sigma``, one per sample, or
+one per latent token for checkpoints with ``expand_timesteps`` (Wan 2.2 TI2V-5B).
+
+Decoding un-normalises with the VAE's per-channel ``latents_mean`` / ``latents_std`` and returns
+videos ``[B, F, 3, H, W]`` in ``[0, 1]``. ``AutoencoderKLWan`` already decodes one latent frame at
+a time with a causal feature cache, so its activations scale with four frames, not the clip;
+rollouts decode ``train.rollout_batch_size`` videos at a time, and ``vae_tiling`` also tiles
+each frame spatially.
+
+Released Wan 2.1 checkpoints ship a UniPC multistep scheduler with ``flow_shift``; our rollouts
+take Euler steps (the SDE samplers are Euler-Maruyama steps) on the Euler grid with
+``shift = flow_shift``, so ``pipe(...)`` with UniPC is a different ODE solver of the same flow
+(as with SANA's DPM-Solver). With an Euler scheduler in the pipeline our ODE rollout reproduces
+``pipe(...)`` exactly.
+
+Wan 2.2 A14B pairs two transformers (high-noise and low-noise experts, ``boundary_ratio``); it is
+refused with a clear error for now (one trained network per policy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipelines.base import Condition
+from pipelines.flow_image import FlowImagePolicy
+
+
+class WanPolicy(FlowImagePolicy):
+    """Wan 2.1 (1.3B, 14B) and Wan 2.2 TI2V-5B text-to-video. Arguments of ``FlowImagePolicy``
+    (``height``/``width`` default to the pipeline's 480 x 832) plus:
+
+    Args:
+        num_frames: frames per video; ``num_frames - 1`` must be a multiple of the VAE's
+            temporal factor (4): 81 is Wan's default, Flow-GRPO trains on fewer.
+        vae_tiling: decode each frame in spatial tiles (``AutoencoderKLWan.enable_tiling``),
+            for large resolutions on small GPUs.
+    """
+
+    pipeline_class = "WanPipeline"
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        *,
+        num_frames: int | None = None,
+        vae_tiling: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self._requested_frames = num_frames
+        super().__init__(pretrained, **kwargs)
+        if getattr(self.pipe, "transformer_2", None) is not None:
+            raise ValueError(
+                "this Wan checkpoint has two transformers (Wan 2.2 A14B's high- and low-noise "
+                "experts); genrl trains one network per policy: use Wan 2.1 or Wan 2.2 TI2V-5B"
+            )
+        if vae_tiling:
+            self.pipe.vae.enable_tiling()
+
+    @property
+    def num_frames(self) -> int:
+        return self._num_frames
+
+    # -- family hooks ----------------------------------------------------------------------------
+    def _encode(self, prompts: list[str]) -> Condition:
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+            device=self.device,
+        )
+        return {"prompt_embeds": embeds}
+
+    def _encode_negative(self) -> Condition:
+        # WanPipeline encodes its negative prompt exactly like a prompt (same cleaning, padding).
+        return self._encode([self.negative_prompt])
+
+    def _image_size(self, height: int | None, width: int | None) -> tuple[int, int]:
+        return height or self._call_default("height", 480), width or self._call_default(
+            "width", 832
+        )
+
+    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        temporal = self.pipe.vae_scale_factor_temporal
+        spatial = self.pipe.vae_scale_factor_spatial
+        frames = self._requested_frames or self._call_default("num_frames", 81)
+        if frames < 1 or (frames - 1) % temporal:
+            raise ValueError(
+                f"num_frames - 1 must be a multiple of {temporal} for Wan's VAE (e.g. "
+                f"{(frames - 1) // temporal * temporal + 1} or "
+                f"{((frames - 1) // temporal + 1) * temporal + 1}), got {frames}"
+            )
+        self._num_frames = frames
+        _, patch_h, patch_w = self.pipe.transformer.config.patch_size
+        if height % (spatial * patch_h) or width % (spatial * patch_w):
+            raise ValueError(
+                f"height and width must be multiples of {spatial * patch_h} for Wan, "
+                f"got {height}x{width}"
+            )
+        channels = self.pipe.transformer.config.in_channels
+        return (channels, (frames - 1) // temporal + 1, height // spatial, width // spatial)
+
+    def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
+        if shift is None and "flow_shift" in self.pipe.scheduler.config:
+            # UniPC config of the released checkpoints: Euler on its flow-shifted sigmas.
+            from diffusers import FlowMatchEulerDiscreteScheduler
+
+            scheduler: Any = FlowMatchEulerDiscreteScheduler(
+                shift=float(self.pipe.scheduler.config.flow_shift)
+            )
+            scheduler.set_timesteps(num_steps)
+            return scheduler.sigmas.float().cpu()
+        return super().sigma_schedule(num_steps, shift)
+
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        dtype = self.model_dtype
+        timestep = self.timesteps(sigma)
+        if self.pipe.config.get("expand_timesteps", False):
+            # One time per latent token (TI2V-5B); text-to-video denoises every token alike.
+            patch_f, patch_h, patch_w = self.pipe.transformer.config.patch_size
+            _, frames, height, width = self.latent_shape
+            tokens = (frames // patch_f) * (height // patch_h) * (width // patch_w)
+            timestep = timestep[:, None].expand(-1, tokens)
+        out = module(
+            hidden_states=latents.to(dtype),
+            timestep=timestep,
+            encoder_hidden_states=condition["prompt_embeds"].to(dtype),
+            return_dict=False,
+        )[0]
+        return out.float()
+
+    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        config = self.pipe.vae.config
+        shape = (1, config.z_dim, 1, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=latents.device).view(shape)
+        std = torch.tensor(config.latents_std, device=latents.device).view(shape)
+        latents = latents * std.to(latents.dtype) + mean.to(latents.dtype)
+        video = self.pipe.vae.decode(latents, return_dict=False)[0]  # [B, 3, F, H, W]
+        return video.permute(0, 2, 1, 3, 4)
