@@ -16,11 +16,12 @@ a time with a causal feature cache, so its activations scale with four frames, n
 rollouts decode ``train.rollout_batch_size`` videos at a time, and ``vae_tiling`` also tiles
 each frame spatially.
 
-Released Wan 2.1 checkpoints ship a UniPC multistep scheduler with ``flow_shift``; our rollouts
-take Euler steps (the SDE samplers are Euler-Maruyama steps) on the Euler grid with
-``shift = flow_shift``, so ``pipe(...)`` with UniPC is a different ODE solver of the same flow
-(as with SANA's DPM-Solver). With an Euler scheduler in the pipeline our ODE rollout reproduces
-``pipe(...)`` exactly.
+Released Wan 2.1 checkpoints ship a UniPC multistep scheduler (``flow_shift`` 3 or 5); rollouts
+take Euler steps (the SDE samplers are Euler-Maruyama steps) on that scheduler's own sigma grid,
+as Flow-GRPO's Wan code does (it uses UniPC only for its sigmas), so ``pipe(...)`` with UniPC is
+a higher-order solver on the same grid. With an Euler scheduler in the pipeline our ODE rollout
+reproduces ``pipe(...)`` exactly. The transformer gets ``1000 * sigma`` as a float where UniPC
+passes it rounded down to an integer.
 
 Wan 2.2 A14B pairs two transformers (high-noise and low-noise experts, ``boundary_ratio``); it is
 refused with a clear error for now (one trained network per policy).
@@ -112,16 +113,19 @@ class WanPolicy(FlowImagePolicy):
         return (channels, (frames - 1) // temporal + 1, height // spatial, width // spatial)
 
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
-        if shift is None and "flow_shift" in self.pipe.scheduler.config:
-            # UniPC config of the released checkpoints: Euler on its flow-shifted sigmas.
-            from diffusers import FlowMatchEulerDiscreteScheduler
-
-            scheduler: Any = FlowMatchEulerDiscreteScheduler(
-                shift=float(self.pipe.scheduler.config.flow_shift)
-            )
-            scheduler.set_timesteps(num_steps)
-            return scheduler.sigmas.float().cpu()
-        return super().sigma_schedule(num_steps, shift)
+        """The pipeline scheduler's own sigmas (``shift=None``): UniPC's flow grid for the
+        released checkpoints, which Flow-GRPO's Wan code steps on with its SDE; a linear
+        schedule with a static ``shift`` otherwise."""
+        if shift is not None:
+            return super().sigma_schedule(num_steps, shift)
+        scheduler: Any = type(self.pipe.scheduler).from_config(self.pipe.scheduler.config)
+        scheduler.set_timesteps(num_steps)
+        sigmas = scheduler.sigmas.float().cpu()
+        # UniPC starts at 1 - 1e-6 to keep its log-SNR finite; our samplers treat s = 1 itself
+        # specially (the model sees t = 1000 instead of 999.999).
+        if 0 < 1 - float(sigmas[0]) < 1e-5:
+            sigmas[0] = 1.0
+        return sigmas
 
     def forward_model(
         self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition

@@ -10,7 +10,7 @@ function serves rollouts (sampling) and training (re-scoring under the current p
 Every sampler also exposes ``stochastic_steps``, a ``[T]`` bool tensor of the steps with a
 density (std > 0), i.e. the steps an algorithm can train on.
 
-The stochastic flow samplers (Flow-GRPO SDE, DanceGRPO SDE, CPS) share ``GaussianFlowSampler``
+The stochastic flow samplers (Flow-GRPO SDE and its Wan variant, DanceGRPO SDE, CPS) share ``GaussianFlowSampler``
 and take the same ``(sigmas, noise_level, log_prob_reduction)`` arguments.
 """
 
@@ -19,12 +19,14 @@ from samplers.dance_sde import DanceSDESampler
 from samplers.flow_cps import FlowCPSSampler
 from samplers.flow_ode import FlowODESampler
 from samplers.flow_sde import FlowSDESampler
+from samplers.flow_sde_linear import FlowSDELinearSampler
 from samplers.gaussian import GaussianFlowSampler
 from samplers.schedules import flow_sigmas, shift_sigmas
 
 SAMPLERS = {
     "flow_ode": FlowODESampler,
     "flow_sde": FlowSDESampler,
+    "flow_sde_linear": FlowSDELinearSampler,  # Flow-GRPO's Wan SDE
     "dance_sde": DanceSDESampler,
     "flow_cps": FlowCPSSampler,
 }
@@ -35,6 +37,7 @@ __all__ = [
     "DanceSDESampler",
     "FlowCPSSampler",
     "FlowODESampler",
+    "FlowSDELinearSampler",
     "FlowSDESampler",
     "GaussianFlowSampler",
     "StepOutput",

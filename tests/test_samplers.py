@@ -21,6 +21,7 @@ from samplers import (
     DanceSDESampler,
     FlowCPSSampler,
     FlowODESampler,
+    FlowSDELinearSampler,
     FlowSDESampler,
     GaussianFlowSampler,
     StepOutput,
@@ -34,8 +35,13 @@ HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)  # 0.9189385...
 
 # The Gaussian samplers and the largest noise level each accepts in the property tests (CPS's
 # noise level is an angle fraction in [0, 1]; the SDEs' is an unbounded scale).
-STOCHASTIC = [FlowSDESampler, DanceSDESampler, FlowCPSSampler]
-MAX_NOISE = {FlowSDESampler: 1.5, DanceSDESampler: 1.5, FlowCPSSampler: 1.0}
+STOCHASTIC = [FlowSDESampler, FlowSDELinearSampler, DanceSDESampler, FlowCPSSampler]
+MAX_NOISE = {
+    FlowSDESampler: 1.5,
+    FlowSDELinearSampler: 1.5,
+    DanceSDESampler: 1.5,
+    FlowCPSSampler: 1.0,
+}
 
 
 def _trajectory(sampler, batch, event, seed):
@@ -134,7 +140,7 @@ def test_reduce_event_and_per_sample():
 
 
 def test_registry_and_reductions():
-    assert set(SAMPLERS) == {"flow_ode", "flow_sde", "dance_sde", "flow_cps"}
+    assert set(SAMPLERS) == {"flow_ode", "flow_sde", "flow_sde_linear", "dance_sde", "flow_cps"}
     assert SAMPLERS["flow_ode"] is FlowODESampler and SAMPLERS["flow_sde"] is FlowSDESampler
     assert SAMPLERS["dance_sde"] is DanceSDESampler and SAMPLERS["flow_cps"] is FlowCPSSampler
     assert LOG_PROB_REDUCTIONS == ("mean", "sum")

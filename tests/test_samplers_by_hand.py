@@ -11,6 +11,7 @@ import torch
 from samplers import (
     DanceSDESampler,
     FlowCPSSampler,
+    FlowSDELinearSampler,
     FlowSDESampler,
     flow_sigmas,
 )
@@ -235,3 +236,28 @@ def test_cps_draws_match_the_formulas_and_preserve_the_noise_coefficient():
 
 
 # ---------------------------------------------------------------- every Gaussian sampler
+
+
+def test_flow_grpo_wan_linear_sde_by_hand():
+    # sigmas [1, 0.5, 0]: sigma_max = sigmas[1] = 0.5, sigma_min = sigmas[-1] = 0, so
+    # g(s) = 0.5 s. x = 1, v = 2.
+    # Step 0: s = 1, dt = -0.5, g = 0.5, g^2 / (2s) = 0.125:
+    #   x coef 1 + 0.125 * (-0.5) = 0.9375; v coef (1 + 0.125 * 0) * (-0.5) = -0.5;
+    #   mean = 0.9375 - 1 = -0.0625; std = 0.5 * sqrt(0.5) = 0.3535534.
+    # Step 1: s = 0.5, g = 0.25, g^2 / (2s) = 0.0625:
+    #   x coef 1 - 0.03125 = 0.96875; v coef (1 + 0.0625 * 0.5) * (-0.5) = -0.515625;
+    #   mean = 0.96875 - 1.03125 = -0.0625; std = 0.25 * sqrt(0.5) = 0.1767767.
+    sde = FlowSDELinearSampler(torch.tensor([1.0, 0.5, 0.0]))
+    x, v = torch.ones(1, 2), torch.full((1, 2), 2.0)
+    for step, std in ((0, 0.3535534), (1, 0.1767767)):
+        out = sde.step(v, step, x, noise=torch.tensor([[1.0, -1.0]]))
+        torch.testing.assert_close(out.mean, torch.full((1, 2), -0.0625), rtol=0, atol=1e-6)
+        torch.testing.assert_close(out.std, torch.tensor([std]), rtol=0, atol=1e-6)
+        # Each element is one std from the mean: log N = -0.5 - log(std) - log(sqrt(2 pi)).
+        expected = -0.5 - math.log(std) - HALF_LOG_TWO_PI
+        torch.testing.assert_close(out.log_prob, torch.tensor([expected]), rtol=0, atol=1e-5)
+    # noise_level scales g: at 2.0 the std doubles; at 0 the step is Euler's.
+    doubled = FlowSDELinearSampler(torch.tensor([1.0, 0.5, 0.0]), noise_level=2.0)
+    torch.testing.assert_close(doubled.step(v, 1, x).std, torch.tensor([0.3535534]))
+    still = FlowSDELinearSampler(torch.tensor([1.0, 0.5, 0.0]), noise_level=0.0)
+    torch.testing.assert_close(still.step(v, 1, x).prev_sample, x - 0.5 * v)

@@ -80,6 +80,27 @@ def test_ode_rollout_reproduces_the_wan_pipeline(wan_dir: Path, guidance: float)
     assert (policy.decode(ours) - video).abs().max() < 1e-4
 
 
+def test_unipc_checkpoints_are_stepped_on_their_own_sigma_grid(wan_dir: Path) -> None:
+    """Released Wan checkpoints ship UniPC with flow sigmas; Flow-GRPO's Wan code takes its SDE
+    steps on that grid, and so do our rollouts (with s = 1 exactly at the start)."""
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+
+    stock = WanPipeline.from_pretrained(str(wan_dir))
+    unipc = UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0
+    )
+    pipe = WanPipeline(**{**stock.components, "scheduler": unipc})
+    policy = build_policy("wan", pipeline=pipe, **VIDEO)
+    sigmas = policy.sigma_schedule(20)
+    unipc.set_timesteps(20)
+    assert sigmas[0] == 1.0 and torch.equal(sigmas[1:], unipc.sigmas[1:].float())
+    # The reference's sigma_max (its diffusion coefficient's slope) at 20 steps and shift 3.
+    assert abs(float(sigmas[1]) - 0.9827765) < 1e-6 and float(sigmas[-1]) == 0.0
+    noise = torch.randn(1, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    video = policy.decode(sample_ode(policy, PROMPTS[:1], noise, num_steps=4))
+    assert video.shape == (1, 5, 3, 32, 32) and torch.isfinite(video).all()
+
+
 def test_per_token_timesteps_reproduce_the_pipeline(wan_dir: Path) -> None:
     """Wan 2.2 TI2V-5B checkpoints set ``expand_timesteps``: one time input per latent token."""
     from diffusers import WanPipeline

@@ -57,10 +57,12 @@ class StochasticSamplingConfig(FlowSamplingConfig):
 
     name: str = "flow_sde"
     """Stochastic sampler (registry ``samplers.SAMPLERS``): ``flow_sde`` (Flow-GRPO),
+    ``flow_sde_linear`` (Flow-GRPO's Wan variant, diffusion linear in the noise level),
     ``dance_sde`` (DanceGRPO, constant diffusion) or ``flow_cps`` (coefficients-preserving)."""
     noise_level: float = 0.7
     """Noise of the stochastic sampler: ``a`` in Flow-GRPO's ``sigma_s = a*sqrt(s/(1-s))``
-    (0.7), DanceGRPO's constant ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
+    (0.7), the factor on ``flow_sde_linear``'s ``sigma_s ~ s`` (1.0), DanceGRPO's constant
+    ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
     log_prob_reduction: Literal["mean", "sum"] = "mean"
     """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
 
