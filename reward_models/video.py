@@ -77,8 +77,9 @@ class FrameReward(RewardModel):
         batch_size: frames per call of the image reward (None: all in one call).
         device: handed to the image reward when its spec leaves it unset.
 
-    Scores: ``frame_<reward>`` (the primary, e.g. ``frame_clipscore``), ``mean`` and ``min`` of
-    the image reward's primary score over the frames (both logged whatever ``aggregate`` is),
+    Scores: ``frame_<reward>`` (the primary, e.g. ``frame_clipscore``), ``frame_mean`` and
+    ``frame_min`` of the image reward's primary score over the frames (both logged whatever
+    ``aggregate`` is; not ``mean``/``min``, which the trainer's ``<score>/mean`` would repeat),
     and the frame mean of each of its other scores under their names. Frames the image reward
     marks not applicable are left out of a video's aggregate; a video with no applicable frame
     gets NaN and is marked not applicable. ``update``, ``state_dict`` and ``load_state_dict``
@@ -150,7 +151,8 @@ class FrameReward(RewardModel):
         mean = torch.where(mask, values, 0).sum(dim=1) / count  # NaN where no frame applies
         low = torch.where(mask, values, math.inf).min(dim=1).values
         low = torch.where(count > 0, low, math.nan)
-        out = {self.name: mean if self.aggregate == "mean" else low, "mean": mean, "min": low}
+        primary = mean if self.aggregate == "mean" else low
+        out = {self.name: primary, "frame_mean": mean, "frame_min": low}
         for key, value in per_frame.items():
             if key != inner:
                 # An image reward's extra named like one of ours keeps its value under a prefix.

@@ -89,8 +89,8 @@ def test_frame_reward_target_color_mean_and_min_by_hand() -> None:
     assert mean.name == "frame_target_color" and mean.accepts == ("videos",)
     out = mean(videos, ["a", "b"])
     torch.testing.assert_close(out.scores["frame_target_color"], torch.tensor([2 / 3, 1.0]))
-    torch.testing.assert_close(out.scores["min"], torch.tensor([1 / 3, 1.0]))
-    torch.testing.assert_close(out.scores["mean"], torch.tensor([2 / 3, 1.0]))
+    torch.testing.assert_close(out.scores["frame_min"], torch.tensor([1 / 3, 1.0]))
+    torch.testing.assert_close(out.scores["frame_mean"], torch.tensor([2 / 3, 1.0]))
     low = build_reward("frame_reward", reward=spec, aggregate="min")(videos, ["a", "b"])
     torch.testing.assert_close(low.scores["frame_target_color"], torch.tensor([1 / 3, 1.0]))
     # Two evenly spaced frames are the first and the last: (1 + 1/3) / 2.
@@ -100,7 +100,7 @@ def test_frame_reward_target_color_mean_and_min_by_hand() -> None:
     torch.testing.assert_close(middle.scores["frame_target_color"], torch.tensor([2 / 3, 1.0]))
     # Chunked calls of the image reward give the same numbers.
     chunked = build_reward("frame_reward", reward=spec, batch_size=4)(videos, ["a", "b"])
-    torch.testing.assert_close(chunked.scores["min"], out.scores["min"])
+    torch.testing.assert_close(chunked.scores["frame_min"], out.scores["frame_min"])
 
 
 def test_frame_reward_is_one_batched_call_with_prompts_and_metadata_per_frame() -> None:
@@ -121,7 +121,9 @@ def test_frame_reward_skips_frames_that_are_not_applicable() -> None:
     out = FrameReward(Recorder())(videos, ["a", "b"])
     primary = out.scores["frame_recorder"]
     assert primary[0].item() == pytest.approx((1 / 3 + 1) / 2) and math.isnan(primary[1])
-    assert out.scores["min"][0].item() == pytest.approx(1 / 3) and math.isnan(out.scores["min"][1])
+    assert out.scores["frame_min"][0].item() == pytest.approx(1 / 3) and math.isnan(
+        out.scores["frame_min"][1]
+    )
     assert out.applicable["frame_recorder"].tolist() == [True, False]
     # The extra score is averaged over all frames (it has no applicability of its own).
     torch.testing.assert_close(out.scores["double"], torch.tensor([(2 / 3 + 0 + 2) / 3, 0.0]))
@@ -354,7 +356,10 @@ def test_video_rewards_compose_with_weights() -> None:
     video[:, 0] = 1.0  # red throughout: target_color 1, motion smoothness 1
     out = composite(video[None], ["a"])
     assert out.scores["reward"].item() == pytest.approx(1.5)
-    assert set(out.scores) >= {"frame_target_color/min", "motion_smoothness/interpolation_error"}
+    assert set(out.scores) >= {
+        "frame_target_color/frame_min",
+        "motion_smoothness/interpolation_error",
+    }
 
 
 # -- VLM judge over frames ---------------------------------------------------------------------
@@ -412,10 +417,12 @@ def test_video_judge_over_an_endpoint_puts_the_prompt_in_the_question() -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         judge = build_reward("video_judge", endpoint=url, frames=3)
         out = judge(random_videos(2, 5, 8, 8), ["a red fox", "rain"])
+        requests = list(FakeEndpoint.requests)
     finally:
         server.shutdown()
+        FakeEndpoint.requests.clear()  # the class is shared with test_artifact_judge.py
     assert out.scores["video_judge"].tolist() == pytest.approx([0.3 / 0.8] * 2)
-    asked = sorted(r["messages"][0]["content"][1]["text"] for r in FakeEndpoint.requests)
+    asked = sorted(r["messages"][0]["content"][1]["text"] for r in requests)
     assert "3 frames" in asked[0] and "of: a red fox?" in asked[0] and "of: rain?" in asked[1]
 
 
