@@ -231,6 +231,7 @@ class VideoJudgeReward(ArtifactJudgeReward):
         columns: int | None = None,
         question: str = DEFAULT_VIDEO_QUESTION,
         reward_answer: str = "yes",
+        device: str | torch.device = "cpu",
         **judge: Any,
     ) -> None:
         if reward_answer not in ("yes", "no"):
@@ -239,7 +240,8 @@ class VideoJudgeReward(ArtifactJudgeReward):
             )
         if columns is not None and columns < 1:
             raise ValueError(f"video_judge: columns must be >= 1, got {columns}")
-        super().__init__(model=model, endpoint=endpoint, question=question, **judge)
+        # ``device`` is named here so that the trainer hands a local judge its accelerator.
+        super().__init__(model=model, endpoint=endpoint, question=question, device=device, **judge)
         frame_indices(1_000_000, frames)
         self.frames, self.columns, self.reward_answer = frames, columns, reward_answer
 
