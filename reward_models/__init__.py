@@ -27,6 +27,11 @@ REWARDS: dict[str, Any] = {
     "artifact_probe": "reward_models.artifact:ArtifactProbeReward",
     "artifact_judge": "reward_models.judge:ArtifactJudgeReward",
     "corrected_score": "reward_models.corrected:CorrectedScore",
+    "frame_reward": "reward_models.video:FrameReward",
+    "video_judge": "reward_models.video:VideoJudgeReward",
+    "subject_consistency": "reward_models.vbench:SubjectConsistency",
+    "background_consistency": "reward_models.vbench:BackgroundConsistency",
+    "motion_smoothness": "reward_models.vbench:MotionSmoothness",
 }
 
 

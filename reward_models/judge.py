@@ -75,7 +75,7 @@ class ArtifactJudgeReward(RewardModel):
         concurrency: int = 8,
     ) -> None:
         if (model is None) == (endpoint is None):
-            raise ValueError("artifact_judge: give exactly one of model (local) or endpoint (URL)")
+            raise ValueError(f"{self.name}: give exactly one of model (local) or endpoint (URL)")
         self.model_id, self.endpoint = model, endpoint.rstrip("/") if endpoint else None
         self.endpoint_model, self.question = endpoint_model, question
         self.yes_words = [w.lower() for w in yes_words]
@@ -103,14 +103,14 @@ class ArtifactJudgeReward(RewardModel):
                 )
             except (OSError, ValueError) as err:
                 first = (str(err).strip().splitlines() or [repr(err)])[0]
-                raise ValueError(f"artifact_judge: cannot load {self.model_id!r}: {first}") from err
+                raise ValueError(f"{self.name}: cannot load {self.model_id!r}: {first}") from err
             processor.tokenizer.padding_side = "left"  # the answer is read at the last column
             model = model.to(self.device).eval().requires_grad_(False)  # type: ignore[arg-type]
             yes = self._token_ids(processor.tokenizer, self.yes_words)
             no = self._token_ids(processor.tokenizer, self.no_words)
             if not yes or not no:
                 raise ValueError(
-                    f"artifact_judge: the tokenizer has no single token for {self.yes_words} "
+                    f"{self.name}: the tokenizer has no single token for {self.yes_words} "
                     f"or {self.no_words}"
                 )
             self._local = (model, processor, yes, no)
@@ -128,17 +128,24 @@ class ArtifactJudgeReward(RewardModel):
         return sorted(ids)
 
     @torch.no_grad()
-    def _local_p_yes(self, images: torch.Tensor) -> torch.Tensor:
+    def _local_p_yes(
+        self, images: torch.Tensor, questions: list[str] | None = None
+    ) -> torch.Tensor:
+        """``[B]`` P(yes) for ``[B, C, H, W]`` images, each asked ``questions[i]`` (default:
+        ``question``)."""
         from PIL import Image
 
         model, processor, yes, no = self._load()
-        messages = [
-            {
-                "role": "user",
-                "content": [{"type": "image"}, {"type": "text", "text": self.question}],
-            }
-        ]
-        text = processor.apply_chat_template(messages, add_generation_prompt=True)
+        texts = {}
+        for question in dict.fromkeys(questions or [self.question]):
+            messages = [
+                {
+                    "role": "user",
+                    "content": [{"type": "image"}, {"type": "text", "text": question}],
+                }
+            ]
+            texts[question] = processor.apply_chat_template(messages, add_generation_prompt=True)
+        asked = questions or [self.question] * len(images)
         pixels = quantize(images).permute(0, 2, 3, 1).numpy()
         values = []
         for start in range(0, len(pixels), self.batch_size):
@@ -146,9 +153,10 @@ class ArtifactJudgeReward(RewardModel):
                 Image.fromarray(p[..., 0] if p.shape[-1] == 1 else p).convert("RGB")
                 for p in pixels[start : start + self.batch_size]
             ]
-            inputs = processor(
-                images=chunk, text=[text] * len(chunk), return_tensors="pt", padding=True
-            ).to(self.device)
+            text = [texts[q] for q in asked[start : start + self.batch_size]]
+            inputs = processor(images=chunk, text=text, return_tensors="pt", padding=True).to(
+                self.device
+            )
             logits = model(**inputs).logits[:, -1].float()
             probs = logits.softmax(dim=-1)
             p_yes, p_no = probs[:, yes].sum(dim=1), probs[:, no].sum(dim=1)
@@ -156,12 +164,15 @@ class ArtifactJudgeReward(RewardModel):
         return torch.cat(values)
 
     # -- endpoint ----------------------------------------------------------------------------
-    def _endpoint_p_yes(self, images: torch.Tensor) -> torch.Tensor:
+    def _endpoint_p_yes(
+        self, images: torch.Tensor, questions: list[str] | None = None
+    ) -> torch.Tensor:
         pngs = encode_outputs(images)["images"]
+        asked = questions or [self.question] * len(pngs)
         with ThreadPoolExecutor(self.concurrency) as pool:
-            return torch.tensor(list(pool.map(self._ask, pngs)), dtype=torch.float32)
+            return torch.tensor(list(pool.map(self._ask, pngs, asked)), dtype=torch.float32)
 
-    def _ask(self, png: str) -> float:
+    def _ask(self, png: str, question: str | None = None) -> float:
         body = {
             "model": self.endpoint_model,
             "messages": [
@@ -169,7 +180,7 @@ class ArtifactJudgeReward(RewardModel):
                     "role": "user",
                     "content": [
                         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
-                        {"type": "text", "text": self.question},
+                        {"type": "text", "text": question or self.question},
                     ],
                 }
             ],
@@ -198,7 +209,7 @@ class ArtifactJudgeReward(RewardModel):
                     mass["no"] += math.exp(float(candidate["logprob"]))
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise RewardError(
-                f"artifact_judge: {self.endpoint} returned no top_logprobs for the answer token "
+                f"{self.name}: {self.endpoint} returned no top_logprobs for the answer token "
                 f"({err!r}); the server must support logprobs"
             ) from err
         total = mass["yes"] + mass["no"]
