@@ -59,6 +59,16 @@ def _t2i_simple() -> PromptSource:
     )
 
 
+def _t2v_simple() -> PromptSource:
+    """60 short text-to-video prompts (12 subjects x 8 motions, shuffled), 48 train / 12 held
+    out; the default prompts of the Wan recipes (replace with your own dataset)."""
+    folder = Path(__file__).resolve().parent / "assets" / "prompts"
+    return PromptSource(
+        train=read_prompt_file(folder / "t2v_simple_train.txt"),
+        eval=read_prompt_file(folder / "t2v_simple_eval.txt"),
+    )
+
+
 def _countdown() -> PromptSource:
     """Countdown problems: 1,000 training prompts and the 200 held-out problems the embedded
     model's manifest reports (``make_problems(200, 0, "heldout")``)."""
@@ -95,6 +105,7 @@ def _sudoku() -> PromptSource:
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
     "t2i_simple": _t2i_simple,
+    "t2v_simple": _t2v_simple,
     "countdown": _countdown,
     "countdown_chat": _countdown_chat,
     "sudoku": _sudoku,

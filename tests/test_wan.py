@@ -23,6 +23,7 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
+from genrl.recipes.wan import WAN_RECIPES
 from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
 from reward_models import REWARDS, RewardModel, RewardOutput
@@ -274,3 +275,62 @@ def test_wan_errors_name_the_problem(wan_dir: Path) -> None:
         build_policy("wan", pipeline=two_experts, **VIDEO)
     with pytest.raises(ValueError, match="holds a WanPipeline"):
         build_policy("sd3", pretrained=str(wan_dir))
+
+
+@pytest.mark.parametrize("name", sorted(WAN_RECIPES))
+def test_wan_recipes_train_on_tiny_stand_ins(wan_dir: Path, tmp_path: Path, name: str) -> None:
+    """Each recipe's adapter, sampler, algorithm and reward settings, one iteration on the tiny
+    Wan with a tiny CLIP (PickScore) or HPS on a 32 px video of at most 5 frames."""
+    import json
+    import math
+
+    from accelerate.state import AcceleratorState
+    from diffusers_tiny import build_clip
+    from vision_tiny import build_tiny_hps
+
+    from genrl import get_recipe
+
+    config = get_recipe(name)
+    frames = min(config.policy.kwargs["num_frames"], 5)
+    kwargs = {**config.policy.kwargs, "height": 32, "width": 32, "num_frames": frames}
+    kwargs["max_sequence_length"] = 16
+    inner = dict(config.reward[0].kwargs["reward"])
+    if inner["name"] == "hps":
+        inner["kwargs"] = {**inner.get("kwargs", {}), **build_tiny_hps(tmp_path / "hps")}
+    else:
+        inner["kwargs"] = {"model": str(build_clip(tmp_path / "clip"))}
+    reward = {**config.reward[0].kwargs, "reward": inner, "frames": [0, frames - 1]}
+    group = 3
+    if config.algorithm.name == "branch_grpo":
+        group = math.prod(config.algorithm.branching)
+        config.apply_overrides(["sampler.num_steps=10", "algorithm.train_steps=[0, 1, 2, 3]"])
+    else:
+        config.apply_overrides(["sampler.num_steps=4"])
+    config.apply_overrides(
+        [
+            f"policy.pretrained={wan_dir}",
+            f"policy.kwargs={json.dumps(kwargs)}",
+            f"reward.0.kwargs={json.dumps(reward)}",
+            f"output_dir={tmp_path / 'run'}",
+            "train.iterations=1",
+            "train.prompts_per_iteration=2",
+            f"train.group_size={group}",
+            "train.gradient_accumulation_steps=1",
+            "train.rollout_batch_size=4",
+            "eval.samples_per_prompt=1",
+            "eval.batch_size=4",
+            "sampler.eval_num_steps=3",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+        ]
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        trainer = Trainer(config)
+        before = _trainable(trainer)
+        metrics = trainer.train_iteration()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    after = _trainable(trainer)
+    assert any(not torch.equal(p, after[n]) for n, p in before.items())
+    assert math.isfinite(metrics["loss/total"])

@@ -12,12 +12,14 @@ from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
+from genrl.recipes.wan import WAN_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo": digits_flow_grpo,
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
+    **WAN_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
