@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -43,20 +42,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timing import DTYPES, PhaseTimer, autocast, synchronize, time_interleaved
+from flow_pipes import (
+    build_trained_policy,
+    make_prompts,
+    ours_rollout,
+    profile_phases,
+    quiet_libraries,
+)
+from timing import DTYPES, autocast, synchronize, time_interleaved
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
-from genrl.groups import expand_groups
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollouts.flow_sde import FlowSDERollout
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py
 TARGET_RATIO = 1.15
-PROMPT_WORDS = (
-    ["red", "blue", "green", "yellow", "purple", "orange", "black", "white"],
-    ["cat", "dog", "tree", "car", "house", "boat", "bird", "flower"],
-)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,67 +141,7 @@ def build_config(args: argparse.Namespace, num_prompts: int) -> TrainConfig:
     )
 
 
-def build_trained_policy(
-    directory: Path, args: argparse.Namespace, device: torch.device, checkpointing: bool
-) -> Any:
-    """The adapter as the trainer builds it: loaded from disk, LoRA set up from the run's seed,
-    every component on ``device``."""
-    from pipelines import build_policy
-
-    policy = build_policy(
-        "sd3",
-        pretrained=str(directory),
-        height=args.height,
-        width=args.width,
-        dtype=args.dtype,
-        gradient_checkpointing=checkpointing,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(args.seed)
-        policy.setup_training(args.lora_rank, args.lora_alpha, None)
-    policy.pipe.to(device)
-    policy.pipe.set_progress_bar_config(disable=True)
-    return policy
-
-
-def make_prompts(batch: int, group_size: int) -> tuple[list[str], list[str], torch.Tensor]:
-    """Distinct prompts, and the training batch (each repeated ``group_size`` times)."""
-    colours, things = PROMPT_WORDS
-    unique = [
-        f"a {colours[i % len(colours)]} {things[(i // len(colours)) % len(things)]}"
-        for i in range(batch // group_size)
-    ]
-    prompts, group_ids = expand_groups(unique, group_size)
-    return unique, prompts, group_ids
-
-
 # -- (a) rollouts ------------------------------------------------------------------------------
-def ours_rollout(
-    rollout: FlowSDERollout,
-    policy: Any,
-    prompts: list[str],
-    group_ids: torch.Tensor,
-    args: argparse.Namespace,
-    device: torch.device,
-    instrument: Callable[[RolloutNoise], None] | None = None,
-) -> Callable[[int], torch.Tensor]:
-    """One training rollout (Flow-GRPO's ``FlowSDERollout.collect`` as ``Trainer.collect``
-    calls it) per call."""
-    batch = len(prompts)
-
-    def run(iteration: int) -> torch.Tensor:
-        noise = RolloutNoise(args.seed, iteration, num_global=batch, local=slice(0, batch))
-        if instrument is not None:
-            instrument(noise)
-        policy.module.eval()
-        with torch.no_grad(), autocast(device, args.dtype):
-            trajectory = rollout.collect(policy, prompts, group_ids, noise)
-        synchronize(device)
-        return trajectory.final
-
-    return run
-
-
 def pipe_rollout(
     pipe: Any, unique: list[str], args: argparse.Namespace, device: torch.device
 ) -> Callable[[int], torch.Tensor]:
@@ -224,87 +164,6 @@ def pipe_rollout(
         return latents
 
     return run
-
-
-# -- per-phase profile -------------------------------------------------------------------------
-def profile_phases(
-    rollout: FlowSDERollout,
-    policy: Any,
-    unique: list[str],
-    prompts: list[str],
-    group_ids: torch.Tensor,
-    args: argparse.Namespace,
-    device: torch.device,
-) -> dict[str, dict[str, float]]:
-    """Milliseconds per rollout in each phase (exclusive of nested phases) for both paths."""
-    repeats = max(3, args.repeats // 2)
-    transformer = policy.pipe.transformer
-    out: dict[str, dict[str, float]] = {}
-
-    # Ours: encode -> velocity (CFG cat/combine) -> forward_model (ModelMixin.dtype lookup, casts,
-    # timesteps, the peft wrapper) -> transformer.forward; SDE/ODE step math; per-step noise draws
-    # (CPU draw + copy to the device); the rest is the loop itself and stacking the trajectory.
-    timer = PhaseTimer(device)
-    with timer.installed():
-        timer.wrap(policy, "encode_prompts", "encode")
-        timer.wrap(policy, "velocity", "velocity")
-        timer.wrap(policy, "forward_model", "forward_model")
-        timer.wrap(transformer, "forward", "transformer")
-        timer.wrap_property(type(transformer), "dtype", "dtype_lookup")
-        timer.wrap(rollout.sde, "step", "sampler_step")
-        timer.wrap(rollout.ode, "step", "sampler_step")
-
-        def instrument(noise: RolloutNoise) -> None:
-            timer.wrap(noise, "randn", "noise_draws")
-
-        run = ours_rollout(rollout, policy, prompts, group_ids, args, device, instrument)
-        total = _timed_total(run, repeats)
-    s = {k: v / repeats * 1e3 for k, v in timer.seconds.items()}
-    out["ours"] = {
-        "total": total * 1e3,
-        "prompt_encoding": s.get("encode", 0.0),
-        "transformer_forward": s.get("transformer", 0.0),
-        "transformer_dtype_lookup": s.get("dtype_lookup", 0.0),
-        "adapter_forward_model_other": s.get("forward_model", 0.0)
-        - s.get("transformer", 0.0)
-        - s.get("dtype_lookup", 0.0),
-        "cfg_velocity_excl_forward_model": s.get("velocity", 0.0) - s.get("forward_model", 0.0),
-        "sampler_step": s.get("sampler_step", 0.0),
-        "noise_draws": s.get("noise_draws", 0.0),
-    }
-    out["ours"]["loop_and_stacking"] = out["ours"]["total"] - sum(
-        v for k, v in out["ours"].items() if k != "total"
-    )
-
-    # The pipe: encode_prompt (prompts and negatives, every call) -> transformer.forward;
-    # scheduler.step; the rest is the pipe's own loop, latents preparation and set_timesteps.
-    pipe = policy.pipe
-    timer = PhaseTimer(device)
-    with timer.installed():
-        timer.wrap(pipe, "encode_prompt", "encode")
-        timer.wrap(transformer, "forward", "transformer")
-        timer.wrap_property(type(transformer), "dtype", "dtype_lookup")
-        timer.wrap(pipe.scheduler, "step", "sampler_step")
-        total = _timed_total(pipe_rollout(pipe, unique, args, device), repeats)
-    s = {k: v / repeats * 1e3 for k, v in timer.seconds.items()}
-    out["pipe"] = {
-        "total": total * 1e3,
-        "prompt_encoding": s.get("encode", 0.0),
-        "transformer_forward": s.get("transformer", 0.0),
-        "transformer_dtype_lookup": s.get("dtype_lookup", 0.0),
-        "sampler_step": s.get("sampler_step", 0.0),
-    }
-    out["pipe"]["loop_and_other"] = out["pipe"]["total"] - sum(
-        v for k, v in out["pipe"].items() if k != "total"
-    )
-    return {side: {k: round(v, 3) for k, v in phases.items()} for side, phases in out.items()}
-
-
-def _timed_total(run: Callable[[int], torch.Tensor], repeats: int) -> float:
-    start = time.perf_counter()
-    for r in range(repeats):
-        run(10_000 + r)
-    return (time.perf_counter() - start) / repeats
 
 
 # -- (b) training steps ------------------------------------------------------------------------
@@ -400,24 +259,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
-    # Quiet the libraries' import-time notices and progress bars (set before their import).
-    for name in ("TRANSFORMERS_VERBOSITY", "DIFFUSERS_VERBOSITY"):
-        os.environ.setdefault(name, "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_libraries()  # and tests/ on the path
     import diffusers
     import peft
-    import transformers
-
-    diffusers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.disable_progress_bar()
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
     from diffusers_tiny import build_sd3
 
     with tempfile.TemporaryDirectory(prefix="genrl-bench-") as tmp:
         directory = build_sd3(Path(tmp) / "sd3")
-        plain = build_trained_policy(directory, args, device, checkpointing=False)
-        ckpt = build_trained_policy(directory, args, device, checkpointing=True)
+        plain = build_trained_policy("sd3", directory, args, device, checkpointing=False)
+        ckpt = build_trained_policy("sd3", directory, args, device, checkpointing=True)
 
     unique, prompts, group_ids = make_prompts(args.batch, args.group_size)
     group_ids = group_ids.to(device)
@@ -443,7 +293,17 @@ def main(argv: list[str] | None = None) -> None:
     meets = ratio <= TARGET_RATIO
     profile = None
     if args.profile or not meets:
-        profile = profile_phases(pairs["plain"][0], plain, unique, prompts, group_ids, args, device)
+        rollout = pairs["plain"][0]
+        profile = profile_phases(
+            rollout,
+            plain,
+            lambda instrument: ours_rollout(
+                rollout, plain, prompts, group_ids, args, device, instrument
+            ),
+            pipe_rollout(plain.pipe, unique, args, device),
+            max(3, args.repeats // 2),
+            device,
+        )
 
     # (b) training steps with and without gradient checkpointing, same minibatch and weights.
     minibatch = training_minibatch(pairs["plain"], plain, prompts, group_ids, args, device)

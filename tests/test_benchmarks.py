@@ -1,0 +1,57 @@
+"""Smoke runs of the benchmark scripts at tiny settings: they run to the end and their last line
+of output is the JSON object with the keys the issues track."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(name: str, *args: str) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(ROOT / "benchmarks"), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_video_overhead_quick_ends_with_its_json_line() -> None:
+    summary = run_benchmark(
+        "video_overhead.py",
+        "--quick",
+        "--profile",
+        *("--steps", "2", "--batch", "2", "--group-size", "2", "--frames", "1"),
+        *("--height", "32", "--width", "32", "--max-sequence-length", "16"),
+        *("--repeats", "1", "--warmup", "0", "--decode-repeats", "1", "--decode-chunk", "1"),
+        *("--memory-frames", "5", "--lora-rank", "4", "--lora-alpha", "8"),
+    )
+    assert summary["benchmark"] == "video_overhead"
+    assert summary["rollout_over_pipe_time_ratio"] > 0
+    assert summary["target_ratio"] == 1.1
+    assert set(summary["phases_ms"]) == {"ours", "pipe"}
+    assert summary["decode_max_abs_difference"] < 1e-4  # our decode is the pipeline's
+    memory = summary["peak_memory_mb_by_frames"]
+    if sys.platform == "linux":
+        assert set(memory) == {"5"}
+        for row in memory.values():
+            assert {"rollout", "decode", "pipe_rollout", "pipe_decode"} <= set(row)
+            assert all(value >= 0 for value in row.values())
+    assert summary["latent_shape"] == [4, 1, 4, 4]
