@@ -20,6 +20,7 @@ from genrl.allocation import collect_varied_groups
 from genrl.config import TrainConfig
 from genrl.groups import expand_groups, gather, gather_scores
 from genrl.objectives.base import Objective
+from genrl.prompts import reward_metadata
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 from genrl.rollouts.base import Rollout
@@ -167,7 +168,7 @@ class BatchCollector:
 
         # 3. Rewards, gathered so that every group is whole.
         outputs = self.rollout.outputs(self.policy, rollout)
-        metadata = self.rollout.reward_metadata(rollout)
+        metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
         scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
         # Stateful rewards (an adversarial head) learn from the samples they just scored.
         reward_metrics = self.reward.update(

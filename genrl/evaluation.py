@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from genrl.prompts import reward_metadata
 from genrl.rollouts.base import OutputFn
 
 
@@ -62,7 +63,8 @@ def evaluate(
             continue
         chunk = all_prompts[start : start + batch_size]
         decoded = outputs_fn(chunk, slice(start, start + len(chunk)))
-        scores_k = {name: v.cpu() for name, v in reward(decoded, chunk).scores.items()}
+        scored = reward(decoded, chunk, reward_metadata(chunk))
+        scores_k = {name: v.cpu() for name, v in scored.scores.items()}
         mine.append((k, decoded.cpu() if isinstance(decoded, torch.Tensor) else decoded, scores_k))
     if world > 1:
         from accelerate.utils import gather_object

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from genrl.rng import Streams, stream_generator
+from pipelines.base import Prompt, prompt_columns
 
 
 @dataclass
@@ -136,17 +138,79 @@ def read_prompt_file(path: str | Path) -> list[str]:
     return prompts
 
 
+IMAGE_COLUMNS = ("image", "images")
+"""Columns of a JSONL dataset that hold image paths, resolved against the file's folder."""
+
+
+def read_prompt_records(path: str | Path) -> list[str]:
+    """The prompts of a JSON Lines file: one object per line with the text under ``prompt``
+    and any other columns (``images``: a path or a list of paths, relative to the file;
+    ``answer``, ``rubric``, ...) carried by the ``Prompt``. Two rows with the same text must
+    have the same columns (a prompt is its text)."""
+    import json
+
+    folder = Path(path).resolve().parent
+    prompts: list[str] = []
+    seen: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PromptFileError(f"{path}: line {number} is not JSON ({err.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise PromptFileError(f'{path}: line {number} must be an object with a string "prompt"')
+        text = row.pop("prompt")
+        for key in IMAGE_COLUMNS:
+            if key in row:
+                row[key] = _resolve_paths(row[key], folder, f"{path}: line {number}: {key}")
+        if seen.setdefault(text, row) != row:
+            raise PromptFileError(
+                f"{path}: line {number} repeats the prompt {text[:40]!r} with other columns"
+            )
+        prompts.append(Prompt(text, row))
+    if not prompts:
+        raise ValueError(f"prompt file {path} holds no prompts")
+    return prompts
+
+
+def _resolve_paths(value: Any, folder: Path, where: str) -> Any:
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise PromptFileError(f"{where} must be a path or a list of paths")
+    resolved = [str(folder / p) for p in paths]
+    missing = [p for p in resolved if not Path(p).is_file()]
+    if missing:
+        raise PromptFileError(f"{where}: no such file {missing[0]}")
+    return resolved[0] if isinstance(value, str) else resolved
+
+
+def reward_metadata(
+    prompts: list[str], per_sample: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]] | None:
+    """What a reward gets as ``metadata``: each prompt's dataset columns, updated with the
+    rollout's per-sample facts (``completion_length``, ...); None when there are neither."""
+    columns = [prompt_columns(p) for p in prompts]
+    if per_sample is None and not any(columns):
+        return None
+    extra = per_sample or [{} for _ in prompts]
+    return [{**c, **e} for c, e in zip(columns, extra, strict=True)]
+
+
 def load_prompts(dataset: str, eval_dataset: str | None = None) -> PromptSource:
-    """Resolve a registered name or a text file into a ``PromptSource``."""
+    """Resolve a registered name, a text file (one prompt per line) or a JSON Lines file (one
+    row per line, ``read_prompt_records``) into a ``PromptSource``."""
     if dataset in PROMPT_SETS:
         source = PROMPT_SETS[dataset]()
     elif Path(dataset).is_file():
-        prompts = read_prompt_file(dataset)
+        reader = read_prompt_records if dataset.endswith(".jsonl") else read_prompt_file
+        prompts = reader(dataset)
         source = PromptSource(train=prompts, eval=prompts)
     else:
         raise ValueError(
             f"prompts.dataset {dataset!r} is neither a registered prompt set "
-            f"({', '.join(PROMPT_SETS)}) nor an existing text file"
+            f"({', '.join(PROMPT_SETS)}) nor an existing text or .jsonl file"
         )
     if eval_dataset is not None:
         source.eval = load_prompts(eval_dataset).train
@@ -157,4 +221,13 @@ def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
     PROMPT_SETS[name] = factory
 
 
-__all__ = ["PROMPT_SETS", "PromptFileError", "PromptSource", "load_prompts", "register_prompt_set"]
+__all__ = [
+    "PROMPT_SETS",
+    "Prompt",
+    "PromptFileError",
+    "PromptSource",
+    "load_prompts",
+    "read_prompt_records",
+    "register_prompt_set",
+    "reward_metadata",
+]

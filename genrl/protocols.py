@@ -3,7 +3,8 @@
 The adapters of ``pipelines/`` implement them structurally (they never import ``genrl``): every
 policy is a ``Policy`` (training setup, the reference, checkpoints, export); flow-matching
 image generators are ``FlowPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion LMs
-are ``MaskedTokenPolicy``. Video generators and VLMs will add their own protocols beside these. A rollout or objective
+are ``MaskedTokenPolicy``; video generators are flow policies whose ``decode`` returns videos,
+and vision-language models are causal token policies whose prompts carry images (``model_inputs``). A rollout or objective
 names the protocol it needs, and its algorithm's ``build`` checks the run's policy against it
 (``require``), so a mismatch (an LM with ``flow_grpo``) fails with a sentence, not an
 ``AttributeError`` deep in sampling. The type checker (``mypy``, in ``.ci/run``) checks every
@@ -111,12 +112,18 @@ class TokenPolicy(Policy, Protocol):
         """``[B, P]`` left-padded prompt ids and attention mask."""
         ...
 
+    def model_inputs(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Per-sample inputs besides the token ids that the prompts bring (a VLM's pixels),
+        batch-first, to pass back to ``generate`` and ``token_log_probs``; ``{}`` for text."""
+        ...
+
     def token_log_probs(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         targets: torch.Tensor,
         temperature: float = 1.0,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[B, T]`` float32 ``log p(targets | input_ids)`` for the last ``T`` columns."""
         ...
@@ -137,6 +144,7 @@ class CausalTokenPolicy(TokenPolicy, Protocol):
         sampler: TokenSampler,
         max_new_tokens: int,
         generator: torch.Generator | None = None,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> Generation:
         """Up to ``max_new_tokens`` tokens per prompt, with their sampling log-probs."""
         ...
@@ -175,7 +183,7 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
     if not isinstance(policy, protocol):
         kinds = {
             FlowPolicy: "a flow-matching generator (e.g. policy.name=toy_digits, sd3, flux)",
-            CausalTokenPolicy: "a causal LM (e.g. policy.name=causal_lm, countdown_lm)",
+            CausalTokenPolicy: "a causal LM or VLM (e.g. policy.name=causal_lm, vlm)",
             MaskedTokenPolicy: "a masked-diffusion LM (e.g. policy.name=masked_lm, sudoku_dllm)",
         }
         raise ConfigError(
@@ -191,18 +199,24 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
     from pipelines.flow_image import FlowImagePolicy
     from pipelines.masked_lm import MaskedLMPolicy
     from pipelines.toy.policy import ToyDigitsPolicy
+    from pipelines.vlm import VLMPolicy
+    from pipelines.wan import WanPolicy
 
     def _conformance(
         base: TrainablePolicy,
         toy: ToyDigitsPolicy,
         image: FlowImagePolicy,
+        video: WanPolicy,
         causal: CausalLMPolicy,
+        vlm: VLMPolicy,
         masked: MaskedLMPolicy,
     ) -> None:
         _policy: Policy = base
         _toy: FlowPolicy = toy
         _image: FlowPolicy = image
+        _video: FlowPolicy = video
         _causal: CausalTokenPolicy = causal
+        _vlm: CausalTokenPolicy = vlm
         _masked: MaskedTokenPolicy = masked
 
 

@@ -87,6 +87,19 @@ def _concatenate(values: list, name: str) -> object:
     return first
 
 
+def _pad_to(
+    inputs: dict[str, torch.Tensor], sizes: dict[str, list[int]]
+) -> dict[str, torch.Tensor]:
+    """Each ``[N, ...]`` tensor zero-padded at the end of every non-batch dimension to
+    ``sizes[name]``."""
+    padded = {}
+    for name, tensor in inputs.items():
+        for dim, size in enumerate(sizes[name], start=1):
+            tensor = _pad_columns(tensor, dim, 0, size - tensor.shape[dim])
+        padded[name] = tensor
+    return padded
+
+
 def _pad_columns(
     tensor: torch.Tensor, dim: int, before: int, after: int, value: float = 0
 ) -> torch.Tensor:
@@ -303,6 +316,8 @@ class TokenRollout(Batch):
         advantages: ``[N]`` float32, filled after rewards.
         excluded: ``[N]`` bool, samples left out of training although their rewards count
             (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
+        model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->
+            ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
     """
 
     prompts: list[str]
@@ -316,6 +331,7 @@ class TokenRollout(Batch):
     finished: torch.Tensor
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     excluded: torch.Tensor | None = None
+    model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def completion_start(self) -> int:
@@ -334,6 +350,11 @@ class TokenRollout(Batch):
         completion mask False), so their token id (0) is never read."""
         prompt = max(b.completion_start for b in batches)
         length = max(b.completion_mask.shape[1] for b in batches)
+        # Packed pixel inputs are zero-padded per sample: widen them to the widest batch's.
+        widest = {
+            k: [max(b.model_inputs[k].shape[d] for b in batches) for d in range(1, v.ndim)]
+            for k, v in batches[0].model_inputs.items()
+        }
         aligned = []
         for b in batches:
             before, after = prompt - b.completion_start, length - b.completion_mask.shape[1]
@@ -347,6 +368,7 @@ class TokenRollout(Batch):
                     completion_mask=_pad_columns(b.completion_mask, 1, 0, after),
                     old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after if has_old else 0),
                     ref_log_probs=_pad_columns(b.ref_log_probs, 1, 0, after if has_ref else 0),
+                    model_inputs=_pad_to(b.model_inputs, widest),
                 )
             )
         return super().concatenate(aligned)
@@ -391,6 +413,8 @@ class MaskedSamples(Batch):
         advantages: ``[N]``.
         excluded: ``[N]`` bool, samples left out of training although their rewards count
             (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
+        model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->
+            ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
     """
 
     prompts: list[str]

@@ -20,6 +20,7 @@ POLICIES: dict[str, Any] = {
     "countdown_lm": "pipelines.causal_lm:countdown_lm",
     "masked_lm": "pipelines.masked_lm:MaskedLMPolicy",
     "sudoku_dllm": "pipelines.masked_lm:sudoku_dllm",
+    "vlm": "pipelines.vlm:VLMPolicy",  # vision-language models (prompts carry images)
 }
 
 

@@ -13,13 +13,39 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 Condition = dict[str, torch.Tensor]
+
+
+class Prompt(str):
+    """A prompt's text together with the other columns of its dataset row: ``images`` that a
+    vision-language policy reads, ``answer`` or ``rubric`` that a reward reads.
+
+    It is a ``str`` (equal texts are equal prompts, whatever their columns), so group keys,
+    per-prompt tables and logs treat it as its text; a plain ``str`` is a prompt without
+    columns (``prompt_columns``).
+    """
+
+    columns: dict[str, Any]
+
+    def __new__(cls, text: str, columns: Mapping[str, Any] | None = None) -> Prompt:
+        prompt = super().__new__(cls, text)
+        prompt.columns = dict(columns or {})
+        return prompt
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps the columns through pickling
+        return (Prompt, (str(self), self.columns))
+
+
+def prompt_columns(prompt: str) -> dict[str, Any]:
+    """The dataset columns a prompt carries (none for a plain ``str``)."""
+    return getattr(prompt, "columns", {})
 
 
 def cat_conditions(a: Condition, b: Condition) -> Condition:

@@ -118,7 +118,9 @@ class CausalLMPolicy(TransformersPolicy):
         sampler: TokenSampler,
         max_new_tokens: int,
         generator: torch.Generator | None = None,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> Generation:
+        del model_inputs  # text only
         module = self._active_module()
 
         # transformers 5.2x renamed ``past_key_values`` to ``cache`` (input and output).
@@ -149,10 +151,15 @@ class CausalLMPolicy(TransformersPolicy):
         )
 
     def completion_logits(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        length: int,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[B, length, V]``: position ``t - 1`` predicts token ``t``; position ids count real
         tokens only, as in sampling."""
+        del model_inputs  # text only
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         kwargs: dict[str, Any] = {}
         if self._logits_to_keep:  # only the logits that score completion tokens

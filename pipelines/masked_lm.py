@@ -115,9 +115,14 @@ class MaskedLMPolicy(TransformersPolicy):
         )
 
     def completion_logits(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        length: int,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[B, length, V]``: a masked LM predicts every position from the whole input."""
+        del model_inputs  # text only
         return self.logits(input_ids, attention_mask)[:, -length:]
 
     def default_lora_targets(self) -> list[str]:

@@ -147,9 +147,18 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
     # -- scoring -----------------------------------------------------------------------------------
+    def model_inputs(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Text models read nothing besides the token ids."""
+        del prompts
+        return {}
+
     @abc.abstractmethod
     def completion_logits(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, length: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        length: int,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[B, length, V]`` logits of the active (or reference) model that score the last
         ``length`` positions of ``input_ids [B, P + length]``."""
@@ -160,12 +169,14 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         attention_mask: torch.Tensor,
         targets: torch.Tensor,
         temperature: float = 1.0,
+        model_inputs: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[B, T]`` float32 ``log p(targets_t | input_ids)`` at temperature ``temperature``
         (0 scores at 1) for the completion, the last ``T`` columns of ``input_ids``. A causal LM
         reads its own completion (``targets`` = those columns); a masked-diffusion LM reads a
-        corrupted one (``targets`` = the sampled tokens)."""
-        logits = self.completion_logits(input_ids, attention_mask, targets.shape[1])
+        corrupted one (``targets`` = the sampled tokens); ``model_inputs`` are the prompts'
+        other inputs (``model_inputs(prompts)`` of the same rows)."""
+        logits = self.completion_logits(input_ids, attention_mask, targets.shape[1], model_inputs)
         return selected_log_probs(logits, targets, temperature)
 
     def linear_layer_names(self) -> set[str]:

@@ -154,3 +154,77 @@ def build_tiny_hps(directory: Path) -> dict[str, str]:
         "architecture": "tiny-hps",
         "model_config": str(config),
     }
+
+
+def build_qwen2_vl(directory: Path) -> Path:
+    """A tiny Qwen2-VL (2-layer vision tower, patch 4, 2x2 merge; 2-layer Qwen2 language model
+    with multimodal RoPE) with a character-level tokenizer that has Qwen's special tokens, the
+    Qwen2-VL image and video processors (16-32 px images) and a Qwen-style chat template; 74k
+    parameters, saved to ``directory``."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        PreTrainedTokenizerFast,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+    )
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>"]
+    specials += ["<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    chars = list(string.ascii_letters + string.digits + string.punctuation + " \n")
+    vocab = {token: i for i, token in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=specials[1:],
+        extra_special_tokens={
+            "image_token": "<|image_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_bos_token": "<|vision_start|>",
+            "vision_eos_token": "<|vision_end|>",
+        },
+    )
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}"
+        "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+        "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tokenizer.chat_template = template
+    torch.manual_seed(0)
+    text = dict(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4},
+        bos_token_id=None, eos_token_id=vocab["<|im_end|>"], pad_token_id=0,
+    )  # fmt: skip
+    vision = dict(
+        depth=2, embed_dim=32, hidden_size=32, num_heads=2, patch_size=4, spatial_merge_size=2,
+        temporal_patch_size=2, in_channels=3,
+    )  # fmt: skip
+    config = Qwen2VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=vocab["<|image_pad|>"],
+        video_token_id=vocab["<|video_pad|>"],
+        vision_start_token_id=vocab["<|vision_start|>"],
+        vision_end_token_id=vocab["<|vision_end|>"],
+    )
+    Qwen2VLForConditionalGeneration(config).save_pretrained(directory)
+    sizes = dict(min_pixels=16 * 16, max_pixels=32 * 32, patch_size=4, merge_size=2)
+    Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**sizes, temporal_patch_size=2),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(**sizes, temporal_patch_size=2),
+        chat_template=template,
+    ).save_pretrained(directory)
+    return directory

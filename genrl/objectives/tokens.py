@@ -233,7 +233,7 @@ class TokenPolicyGradient(TokenObjective[CausalTokenPolicy, TokenRollout, TokenR
         completion = units.input_ids[:, units.completion_start :]
         temperature = self.rollout.sampler.temperature
         return policy.token_log_probs(
-            units.input_ids, units.attention_mask, completion, temperature
+            units.input_ids, units.attention_mask, completion, temperature, units.model_inputs
         )
 
     def counted(self, units: TokenRollout) -> torch.Tensor:

@@ -90,8 +90,11 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
     ) -> TokenRollout:
         g = self.train_config.generation
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
+        extras = policy.model_inputs(prompts)
         generator = noise.device_generator(Streams.TOKEN_SAMPLING, policy.device)
-        out = policy.generate(prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator)
+        out = policy.generate(
+            prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator, extras
+        )
         mask, finished = out.mask, out.finished
         if g.stop_strings:
             mask = policy.cut_at_stop_strings(out.tokens, mask, g.stop_strings)
@@ -111,6 +114,7 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
             ref_log_probs=not_scored,
             finished=finished,
             advantages=torch.zeros(len(prompts), device=mask.device),
+            model_inputs=extras,
         )
 
     def outputs(self, policy: CausalTokenPolicy, batch: TokenRollout) -> list[str]:
@@ -138,7 +142,12 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
             generator = torch.Generator(policy.device)
             generator.manual_seed(seed * EVAL_SEED_STRIDE + index.start)
             out = policy.generate(
-                prompt_ids, prompt_mask, self.eval_sampler, g.max_new_tokens, generator
+                prompt_ids,
+                prompt_mask,
+                self.eval_sampler,
+                g.max_new_tokens,
+                generator,
+                policy.model_inputs(chunk),
             )
             mask = out.mask
             if g.stop_strings:

@@ -1,0 +1,229 @@
+"""The VLM adapter on a tiny Qwen2-VL saved and loaded back: prompts that carry images (from a
+JSON Lines dataset), log-probs against a direct forward, sampling against scoring, GRPO through
+the trainer, and the exported adapter in the stock classes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from vision_tiny import build_qwen2_vl
+
+from genrl import Trainer
+from genrl.algorithms.grpo import GRPOConfig
+from genrl.config import (
+    EvalConfig,
+    GenerationConfig,
+    LoggingConfig,
+    OptimConfig,
+    PolicyConfig,
+    PromptConfig,
+    RewardSpec,
+    TrainConfig,
+    TrainLoopConfig,
+)
+from genrl.prompts import PromptFileError, load_prompts
+from pipelines import build_policy
+from pipelines.base import Prompt
+from reward_models import REWARDS, RewardModel, RewardOutput
+from samplers.autoregressive import TokenSampler
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_qwen2_vl(tmp_path_factory.mktemp("qwen2vl"))
+
+
+def picture(colour: tuple[int, int, int], size: tuple[int, int]) -> Image.Image:
+    image = Image.new("RGB", size, colour)
+    image.putpixel((1, 2), (255 - colour[0], 10, 200))  # not a flat image
+    return image
+
+
+PROMPTS = [
+    Prompt("What colour?", {"images": [picture((200, 30, 30), (32, 32))]}),
+    # Another size: another number of patches and vision tokens, so packing is exercised.
+    Prompt("Count the shapes.", {"images": [picture((20, 200, 30), (16, 24))]}),
+    Prompt("Two pictures: same?", {"images": [picture((9, 9, 9), (16, 16))] * 2}),
+]
+
+
+def direct_log_probs(qwen: Path, prompt: Prompt, completion: list[int]) -> torch.Tensor:
+    """``log p(completion | prompt)`` from the stock model on its processor's unpadded inputs,
+    over text tokens."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(qwen))
+    model = AutoModelForImageTextToText.from_pretrained(str(qwen)).eval()
+    images = prompt.columns["images"]
+    message = {
+        "role": "user",
+        "content": [*({"type": "image"} for _ in images), {"type": "text", "text": str(prompt)}],
+    }
+    text = processor.apply_chat_template([message], add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[images], return_tensors="pt")
+    ids = torch.cat([inputs["input_ids"], torch.tensor([completion])], dim=1)
+    types = torch.cat([inputs["mm_token_type_ids"], torch.zeros(1, len(completion)).long()], 1)
+    logits = model(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        mm_token_type_ids=types,
+        pixel_values=inputs["pixel_values"],
+        image_grid_thw=inputs["image_grid_thw"],
+    ).logits
+    # A completion is text: the vision placeholders are never sampled, nor scored.
+    config = model.config
+    placeholders = [config.image_token_id, config.video_token_id]
+    placeholders += [config.vision_start_token_id, config.vision_end_token_id]
+    logits[..., placeholders] = float("-inf")
+    scores = torch.log_softmax(logits[0, -len(completion) - 1 : -1].float(), dim=-1)
+    return scores.gather(1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def test_log_probs_equal_a_direct_forward_of_each_prompt(qwen: Path) -> None:
+    policy = build_policy("vlm", pretrained=str(qwen))
+    ids, mask = policy.encode_prompts(list(PROMPTS))
+    extras = policy.model_inputs(list(PROMPTS))
+    assert set(extras) == {"pixel_values", "image_grid_thw"}
+    assert extras["image_grid_thw"].shape == (3, 2, 3)  # padded to the most images
+    completion = torch.tensor([[20, 21, 22, 9], [30, 31, 32, 33], [40, 41, 42, 43]])
+    full = torch.cat([ids, completion], dim=1)
+    attention = torch.cat([mask, torch.ones_like(completion)], dim=1)
+    ours = policy.token_log_probs(full, attention, completion, 1.0, extras)
+    for row, prompt in enumerate(PROMPTS):
+        expected = direct_log_probs(qwen, prompt, completion[row].tolist())
+        torch.testing.assert_close(ours[row], expected, rtol=0, atol=2e-5)
+
+
+def test_sampling_log_probs_equal_the_scoring_forward(qwen: Path) -> None:
+    """Generation continues the multimodal RoPE positions as the training forward places them."""
+    policy = build_policy("vlm", pretrained=str(qwen))
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[1]]
+    ids, mask = policy.encode_prompts(prompts)
+    extras = policy.model_inputs(prompts)
+    sampler = TokenSampler(temperature=1.0)
+    out = policy.generate(ids, mask, sampler, 6, torch.Generator().manual_seed(0), extras)
+    full = torch.cat([ids, out.tokens], dim=1)
+    attention = torch.cat([mask, out.mask.long()], dim=1)
+    rescored = policy.token_log_probs(full, attention, out.tokens, 1.0, extras)
+    torch.testing.assert_close(rescored[out.mask], out.log_probs[out.mask], rtol=0, atol=2e-5)
+
+
+class AnswerMatch(RewardModel):
+    """1 when the completion starts with the row's ``answer`` column (tests only)."""
+
+    name = "answer_match"
+    accepts = ("texts",)
+
+    def score(self, outputs, prompts, metadata) -> RewardOutput:
+        assert metadata is not None and all("answer" in m for m in metadata)
+        hits = [
+            float(o.strip().startswith(m["answer"])) for o, m in zip(outputs, metadata, strict=True)
+        ]
+        # Partial credit for the answer's letters, so that a random model's groups differ.
+        shaped = [
+            h + sum(c in m["answer"] for c in o) / (len(o) + 1)
+            for h, o, m in zip(hits, outputs, metadata, strict=True)
+        ]
+        return RewardOutput({self.name: torch.tensor(shaped)})
+
+
+def write_dataset(directory: Path) -> Path:
+    rows = []
+    for i, (colour, answer) in enumerate([((220, 20, 20), "red"), ((20, 220, 20), "green")]):
+        picture(colour, (32, 32)).save(directory / f"img{i}.png")
+        rows.append({"prompt": "What colour is it?", "images": f"img{i}.png", "answer": answer})
+        rows[-1]["prompt"] += f" ({i})"
+    path = directory / "vqa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def vlm_config(tmp_path: Path, qwen: Path) -> TrainConfig:
+    return TrainConfig(
+        recipe="tiny_vlm",
+        output_dir=str(tmp_path / "run"),
+        policy=PolicyConfig(name="vlm", pretrained=str(qwen), lora_rank=4),
+        generation=GenerationConfig(max_new_tokens=6, temperature=1.0),
+        reward=[RewardSpec(name="answer_match")],
+        algorithm=GRPOConfig(kl_beta=0.04),
+        prompts=PromptConfig(dataset=str(write_dataset(tmp_path))),
+        train=TrainLoopConfig(
+            iterations=2, prompts_per_iteration=2, group_size=4, minibatch_size=4
+        ),
+        optim=OptimConfig(lr=5e-2),
+        eval=EvalConfig(samples_per_prompt=1),
+        logging=LoggingConfig(tensorboard=False, progress_bar=False, log_every=1000),
+    )
+
+
+def test_grpo_trains_the_language_lora_and_leaves_the_vision_tower(
+    qwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
+    trainer = Trainer(vlm_config(tmp_path, qwen))
+    network = trainer.policy.network
+    lora = {n: p.detach().clone() for n, p in network.named_parameters() if p.requires_grad}
+    assert lora and all("lora" in n and "visual" not in n for n in lora)
+    assert any("language_model" in n for n in lora)
+    first = trainer.train_iteration()
+    assert first["loss/first_minibatch_ratio_deviation"] == 0.0
+    trainer.train_iteration()
+    after = dict(network.named_parameters())
+    changed = [n for n, p in lora.items() if not torch.equal(p, after[n])]
+    assert len(changed) >= 0.5 * len(lora)
+
+
+def test_export_loads_into_the_stock_classes(
+    qwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
+    trainer = Trainer(vlm_config(tmp_path, qwen))
+    trainer.train_iteration()
+    policy = trainer.policy
+    exported = trainer.export(tmp_path / "export")
+    policy.network.eval()
+    assert AutoProcessor.from_pretrained(str(exported)).chat_template
+    base = AutoModelForImageTextToText.from_pretrained(str(qwen))
+    reloaded = build_policy(
+        "vlm",
+        model=PeftModel.from_pretrained(base, str(exported)).eval(),
+        processor=AutoProcessor.from_pretrained(str(exported)),
+    )
+    prompts = list(PROMPTS)
+    ids, mask = policy.encode_prompts(prompts)
+    completion = torch.tensor([[20, 21, 22]] * 3)
+    full, attention = (
+        torch.cat([ids, completion], 1),
+        torch.cat([mask, torch.ones_like(completion)], 1),
+    )
+    ours = policy.token_log_probs(full, attention, completion, 1.0, policy.model_inputs(prompts))
+    theirs = reloaded.token_log_probs(
+        full, attention, completion, 1.0, reloaded.model_inputs(prompts)
+    )
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+    with policy.reference():  # the adapter disabled is the stock base model
+        reference = policy.token_log_probs(
+            full, attention, completion, 1.0, policy.model_inputs(prompts)
+        )
+    assert (reference - ours).abs().max() > 1e-4
+
+
+def test_jsonl_prompts_carry_their_columns(tmp_path: Path) -> None:
+    source = load_prompts(str(write_dataset(tmp_path)))
+    first = source.train[0]
+    assert first == "What colour is it? (0)" and isinstance(first, Prompt)
+    assert first.columns == {"images": str(tmp_path / "img0.png"), "answer": "red"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "p", "images": "missing.png"}\n')
+    with pytest.raises(PromptFileError, match=r"no such file .*missing\.png"):
+        load_prompts(str(bad))
+    bad.write_text('{"text": "p"}\n')
+    with pytest.raises(PromptFileError, match=r'line 1 must be an object with a string "prompt"'):
+        load_prompts(str(bad))
