@@ -83,6 +83,7 @@ class RubricReward(RewardModel):
 
     name = "rubric"
     accepts = ("texts", "images")
+    adaptive = False  # True when ``weights_for`` is not the human weights (also log ``human``)
 
     def __init__(
         self,
@@ -115,6 +116,8 @@ class RubricReward(RewardModel):
         self.extract_template = extract_template
         self.rubric_key, self.answer_key, self.image_key = rubric_key, answer_key, image_key
         self._parsed: dict[str, list[Criterion]] = {}
+        # The last scored batch (outputs, prompts, rubrics, scores), for ``update`` to reuse.
+        self._last: tuple[Any, list[str], list[list[Criterion]], torch.Tensor] | None = None
         aggregate(
             torch.zeros(1, 1), torch.ones(1, 1), torch.zeros(1, 1), torch.ones(1, 1).bool(), gate
         )
@@ -233,9 +236,13 @@ class RubricReward(RewardModel):
     ) -> RewardOutput:
         metadata = metadata or [{} for _ in prompts]
         rubrics, scores, info = self.criterion_scores(outputs, prompts, metadata)
+        self._last = (outputs, list(prompts), rubrics, scores)
         result = self.combine(rubrics, scores, prompts, [self.weights_for(r) for r in rubrics])
         out: dict[str, torch.Tensor] = {self.name: result["reward"]}
         out.update({k: v for k, v in result.items() if k != "reward"})
+        if self.adaptive:  # the rubric objective: the same scores under the human weights
+            human = [[c.weight for c in r] for r in rubrics]
+            out["human"] = self.combine(rubrics, scores, prompts, human)["reward"]
         applicable = {self.name: torch.isfinite(result["reward"])}
         if self.log_criteria:
             for crit_id in dict.fromkeys(c.id for r in rubrics for c in r):
@@ -273,12 +280,7 @@ class RubricReward(RewardModel):
         active = present & torch.isfinite(scores)
         dropped = torch.zeros(shape, dtype=torch.bool)
         if self.saturation == "drop":
-            groups = [prompts.index(p) for p in prompts]
-            same_rubric = [rubrics[i] is rubrics[g] for i, g in enumerate(groups)]
-            groups = [
-                g if same else i
-                for i, (g, same) in enumerate(zip(groups, same_rubric, strict=True))
-            ]
+            groups = group_index(prompts, rubrics)
             dropped = saturated(scores, groups) & active & (cat != CATEGORY_CODES["essential"])
         result = aggregate(scores, w, cat, active & ~dropped, self.gate, self.pass_threshold)
         counts = present.sum(dim=1).clamp(min=1)
@@ -286,4 +288,17 @@ class RubricReward(RewardModel):
         return result
 
 
-__all__ = ["EXTRACT_TEMPLATE", "IMAGE_JUDGE_TEMPLATE", "JUDGE_TEMPLATE", "RubricReward"]
+def group_index(prompts: list[str], rubrics: list[list[Criterion]]) -> list[int]:
+    """``[B]`` group of each sample: the first sample with the same prompt text and rubric
+    (rewards get no group ids; module docstring)."""
+    groups = [prompts.index(p) for p in prompts]
+    return [g if rubrics[g] is rubrics[i] else i for i, g in enumerate(groups)]
+
+
+__all__ = [
+    "EXTRACT_TEMPLATE",
+    "IMAGE_JUDGE_TEMPLATE",
+    "JUDGE_TEMPLATE",
+    "RubricReward",
+    "group_index",
+]

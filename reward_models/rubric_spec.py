@@ -142,25 +142,33 @@ def last_number(text: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
-def verify_exact(text: str, answer: Any, **_: Any) -> float:
+def verify_exact(text: str, answer: Any, **_: Any) -> float | None:
     """1 when the text equals the answer (or one of a list of answers) up to case, surrounding
-    whitespace and a final period."""
+    whitespace and a final period; None (not applicable) without an answer."""
+    if answer is None:
+        return None
     answers = answer if isinstance(answer, (list, tuple)) else [answer]
     return float(any(_norm(text) == _norm(a) for a in answers))
 
 
 def verify_numeric(
     text: str, answer: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-9, **_: Any
-) -> float:
-    """1 when the last number in ``text`` equals ``answer`` within ``math.isclose`` tolerances."""
+) -> float | None:
+    """1 when the last number in ``text`` equals ``answer`` within ``math.isclose`` tolerances;
+    None (not applicable) without an answer."""
+    if answer is None:
+        return None
     got = last_number(str(text))
     return float(
         got is not None and math.isclose(got, float(answer), rel_tol=rel_tol, abs_tol=abs_tol)
     )
 
 
-def verify_contains(text: str, answer: Any, case_sensitive: bool = False, **_: Any) -> float:
-    """1 when ``answer`` (a string, or every string of a list) occurs in ``text``."""
+def verify_contains(text: str, answer: Any, case_sensitive: bool = False, **_: Any) -> float | None:
+    """1 when ``answer`` (a string, or every string of a list) occurs in ``text``; None (not
+    applicable) without an answer."""
+    if answer is None:
+        return None
     needles = answer if isinstance(answer, (list, tuple)) else [answer]
     hay = text if case_sensitive else text.lower()
     return float(all((n if case_sensitive else str(n).lower()) in hay for n in needles))
