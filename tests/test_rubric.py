@@ -276,3 +276,17 @@ def test_pow3r_one_update_by_hand_and_checkpoint() -> None:
     twice = build_reward("rubric_pow3r", rubric=rubric)
     twice.update(texts, prompts, gather=lambda t: torch.cat([t, t]))
     assert twice.criterion_contrast(crits[2]) == pytest.approx(0.5)
+
+
+def test_local_llm_extractor_batched_equals_one_by_one(llava: Path) -> None:  # noqa: F811
+    rubric = [{"id": "x", "text": "t", "route": "extract", "verifier": "exact", "answer": "Yes"}]
+    judge = {"model": str(llava), "max_new_tokens": 3}
+    texts, prompts = ["Yes", "No or this image", "no"], ["Does", "this", "image"]
+    batched = build_reward("rubric", rubric=rubric, judge=judge)
+    alone = build_reward("rubric", rubric=rubric, judge=judge, batched=False)
+    out, single = batched(texts, prompts), alone(texts, prompts)
+    assert batched.judge.calls == 1 and alone.judge.calls == 3
+    assert out.info is not None and single.info is not None
+    got = [i["extracted"]["x"] for i in out.info]
+    assert got == [i["extracted"]["x"] for i in single.info]
+    assert all(g is None or isinstance(g, str) for g in got)
