@@ -32,6 +32,8 @@ REWARDS: dict[str, Any] = {
     "subject_consistency": "reward_models.vbench:SubjectConsistency",
     "background_consistency": "reward_models.vbench:BackgroundConsistency",
     "motion_smoothness": "reward_models.vbench:MotionSmoothness",
+    "rubric": "reward_models.rubric:RubricReward",
+    "rubric_pow3r": "reward_models.rubric_pow3r:Pow3rRubricReward",
 }
 
 

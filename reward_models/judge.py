@@ -118,14 +118,7 @@ class ArtifactJudgeReward(RewardModel):
 
     @staticmethod
     def _token_ids(tokenizer: Any, words: list[str]) -> list[int]:
-        """Single-token spellings of ``words``: as given, capitalised, with a leading space."""
-        ids: set[int] = set()
-        for word in words:
-            for spelling in {word, word.capitalize(), " " + word, " " + word.capitalize()}:
-                encoded = tokenizer.encode(spelling, add_special_tokens=False)
-                if len(encoded) == 1:
-                    ids.add(int(encoded[0]))
-        return sorted(ids)
+        return answer_token_ids(tokenizer, words)
 
     @torch.no_grad()
     def _local_p_yes(
@@ -198,22 +191,7 @@ class ArtifactJudgeReward(RewardModel):
             backoff_s=1.0,
             token_hint="set the key's environment variable with api_key_env",
         )
-        try:
-            candidates = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-            mass = {"yes": 0.0, "no": 0.0}
-            for candidate in candidates:
-                word = str(candidate["token"]).strip().lower()
-                if word in self.yes_words:
-                    mass["yes"] += math.exp(float(candidate["logprob"]))
-                elif word in self.no_words:
-                    mass["no"] += math.exp(float(candidate["logprob"]))
-        except (KeyError, IndexError, TypeError, ValueError) as err:
-            raise RewardError(
-                f"{self.name}: {self.endpoint} returned no top_logprobs for the answer token "
-                f"({err!r}); the server must support logprobs"
-            ) from err
-        total = mass["yes"] + mass["no"]
-        return mass["yes"] / total if total > 0 else math.nan
+        return p_yes_from_reply(reply, self.yes_words, self.no_words, self.name, self.endpoint)
 
     # -- reward ------------------------------------------------------------------------------
     def score(
@@ -229,4 +207,39 @@ class ArtifactJudgeReward(RewardModel):
         return RewardOutput({self.name: value, "p_yes": p_yes}, {self.name: applicable})
 
 
-__all__ = ["DEFAULT_QUESTION", "ArtifactJudgeReward"]
+def answer_token_ids(tokenizer: Any, words: list[str]) -> list[int]:
+    """Single-token spellings of ``words``: as given, capitalised, with a leading space."""
+    ids: set[int] = set()
+    for word in words:
+        for spelling in {word, word.capitalize(), " " + word, " " + word.capitalize()}:
+            encoded = tokenizer.encode(spelling, add_special_tokens=False)
+            if len(encoded) == 1:
+                ids.add(int(encoded[0]))
+    return sorted(ids)
+
+
+def p_yes_from_reply(
+    reply: dict[str, Any], yes_words: list[str], no_words: list[str], owner: str, url: Any
+) -> float:
+    """``P(yes) / (P(yes) + P(no))`` from an OpenAI-compatible chat reply's ``top_logprobs`` of
+    the first answer token (NaN when it names neither); ``RewardError`` naming ``owner`` and
+    ``url`` when the reply has no log-probabilities."""
+    try:
+        candidates = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        mass = {"yes": 0.0, "no": 0.0}
+        for candidate in candidates:
+            word = str(candidate["token"]).strip().lower()
+            if word in yes_words:
+                mass["yes"] += math.exp(float(candidate["logprob"]))
+            elif word in no_words:
+                mass["no"] += math.exp(float(candidate["logprob"]))
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise RewardError(
+            f"{owner}: {url} returned no top_logprobs for the answer token "
+            f"({err!r}); the server must support logprobs"
+        ) from err
+    total = mass["yes"] + mass["no"]
+    return mass["yes"] / total if total > 0 else math.nan
+
+
+__all__ = ["DEFAULT_QUESTION", "ArtifactJudgeReward", "answer_token_ids", "p_yes_from_reply"]
