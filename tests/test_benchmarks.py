@@ -55,3 +55,15 @@ def test_video_overhead_quick_ends_with_its_json_line() -> None:
             assert {"rollout", "decode", "pipe_rollout", "pipe_decode"} <= set(row)
             assert all(value >= 0 for value in row.values())
     assert summary["latent_shape"] == [4, 1, 4, 4]
+
+
+@pytest.mark.slow
+def test_rubric_benchmark_ends_with_its_json_line() -> None:
+    summary = run_benchmark("rubric.py", "--samples", "2", "--repeats", "1", "--latency-ms", "1")
+    assert summary["benchmark"] == "rubric" and summary["criteria"] == 5
+    assert summary["batched_speedup"] > 0
+    for backend in ("local", "endpoint"):
+        row = summary[backend]
+        # Two samples: 2 extractions + 6 judge questions one by one.
+        assert row["judge_calls_one_by_one"] == 8 and row["max_score_difference"] < 1e-5
+    assert summary["local"]["judge_calls_batched"] == 3  # extraction, text judges, image judge
