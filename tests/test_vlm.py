@@ -227,3 +227,40 @@ def test_jsonl_prompts_carry_their_columns(tmp_path: Path) -> None:
     bad.write_text('{"text": "p"}\n')
     with pytest.raises(PromptFileError, match=r'line 1 must be an object with a string "prompt"'):
         load_prompts(str(bad))
+
+
+def test_a_llava_with_batch_first_pixels_scores_like_its_direct_forward(
+    tmp_path: Path,
+) -> None:
+    """LLaVA's processor returns one pixel row per prompt and its language model counts
+    positions plainly: the other layout the adapter handles."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from vision_tiny import build_llava
+
+    llava = build_llava(tmp_path / "llava")
+    policy = build_policy("vlm", pretrained=str(llava))
+    prompts = [
+        Prompt("Does this image contain artifacts?", {"images": picture((200, 0, 0), (40, 40))}),
+        Prompt("Answer Yes or No", {"images": [picture((0, 0, 200), (32, 48))]}),
+    ]
+    ids, mask = policy.encode_prompts(prompts)
+    extras = policy.model_inputs(prompts)
+    assert set(extras) == {"pixel_values"} and extras["pixel_values"].shape[0] == 2
+    out = policy.generate(ids, mask, TokenSampler(1.0), 4, torch.Generator().manual_seed(0), extras)
+    full = torch.cat([ids, out.tokens], dim=1)
+    attention = torch.cat([mask, out.mask.long()], dim=1)
+    ours = policy.token_log_probs(full, attention, out.tokens, 1.0, extras)
+    torch.testing.assert_close(ours[out.mask], out.log_probs[out.mask], rtol=0, atol=2e-5)
+    processor = AutoProcessor.from_pretrained(str(llava))
+    model = AutoModelForImageTextToText.from_pretrained(str(llava)).eval()
+    for row, prompt in enumerate(prompts):
+        text = policy.format_prompts([prompt])[0]
+        image = picture((200, 0, 0), (40, 40)) if row == 0 else picture((0, 0, 200), (32, 48))
+        inputs = processor(text=[text], images=[image], return_tensors="pt")
+        tokens = out.tokens[row][out.mask[row]]
+        direct_ids = torch.cat([inputs["input_ids"][0], tokens])[None]
+        logits = model(input_ids=direct_ids, pixel_values=inputs["pixel_values"]).logits[0]
+        logits[:, model.config.image_token_id] = float("-inf")  # never sampled nor scored
+        scores = torch.log_softmax(logits[-len(tokens) - 1 : -1], dim=-1)
+        expected = scores.gather(1, tokens[:, None])[:, 0]
+        torch.testing.assert_close(ours[row][out.mask[row]], expected, rtol=0, atol=2e-5)
