@@ -26,6 +26,7 @@ REWARDS: dict[str, Any] = {
     "dino_adversarial": "reward_models.dino:DinoAdversarialReward",
     "artifact_probe": "reward_models.artifact:ArtifactProbeReward",
     "artifact_judge": "reward_models.judge:ArtifactJudgeReward",
+    "vqa_score": "reward_models.vqa_score:VQAScoreReward",
     "corrected_score": "reward_models.corrected:CorrectedScore",
     "frame_reward": "reward_models.video:FrameReward",
     "video_judge": "reward_models.video:VideoJudgeReward",

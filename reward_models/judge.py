@@ -55,6 +55,8 @@ class ArtifactJudgeReward(RewardModel):
 
     name = "artifact_judge"
     accepts = ("images",)
+    normalize = True
+    """Report ``P(yes) / (P(yes) + P(no))`` (True) or ``P(yes)`` over the whole vocabulary."""
 
     def __init__(
         self,
@@ -153,7 +155,7 @@ class ArtifactJudgeReward(RewardModel):
             logits = model(**inputs).logits[:, -1].float()
             probs = logits.softmax(dim=-1)
             p_yes, p_no = probs[:, yes].sum(dim=1), probs[:, no].sum(dim=1)
-            values.append((p_yes / (p_yes + p_no)).cpu())
+            values.append((p_yes / (p_yes + p_no) if self.normalize else p_yes).cpu())
         return torch.cat(values)
 
     # -- endpoint ----------------------------------------------------------------------------
@@ -191,7 +193,9 @@ class ArtifactJudgeReward(RewardModel):
             backoff_s=1.0,
             token_hint="set the key's environment variable with api_key_env",
         )
-        return p_yes_from_reply(reply, self.yes_words, self.no_words, self.name, self.endpoint)
+        return p_yes_from_reply(
+            reply, self.yes_words, self.no_words, self.name, self.endpoint, self.normalize
+        )
 
     # -- reward ------------------------------------------------------------------------------
     def score(
@@ -219,11 +223,17 @@ def answer_token_ids(tokenizer: Any, words: list[str]) -> list[int]:
 
 
 def p_yes_from_reply(
-    reply: dict[str, Any], yes_words: list[str], no_words: list[str], owner: str, url: Any
+    reply: dict[str, Any],
+    yes_words: list[str],
+    no_words: list[str],
+    owner: str,
+    url: Any,
+    normalize: bool = True,
 ) -> float:
-    """``P(yes) / (P(yes) + P(no))`` from an OpenAI-compatible chat reply's ``top_logprobs`` of
-    the first answer token (NaN when it names neither); ``RewardError`` naming ``owner`` and
-    ``url`` when the reply has no log-probabilities."""
+    """``P(yes) / (P(yes) + P(no))`` (or ``P(yes)`` itself without ``normalize``) from an
+    OpenAI-compatible chat reply's ``top_logprobs`` of the first answer token (NaN when it
+    names neither); ``RewardError`` naming ``owner`` and ``url`` when the reply has no
+    log-probabilities."""
     try:
         candidates = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         mass = {"yes": 0.0, "no": 0.0}
@@ -238,6 +248,8 @@ def p_yes_from_reply(
             f"{owner}: {url} returned no top_logprobs for the answer token "
             f"({err!r}); the server must support logprobs"
         ) from err
+    if not normalize:
+        return mass["yes"]
     total = mass["yes"] + mass["no"]
     return mass["yes"] / total if total > 0 else math.nan
 

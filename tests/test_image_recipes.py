@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from diffusers_tiny import build_clip, build_flux, build_sana, build_sd3
-from vision_tiny import build_tiny_hps
+from vision_tiny import build_llava, build_tiny_hps
 
 from genrl import get_recipe
 from genrl.recipes.images import IMAGE_RECIPES
@@ -48,6 +48,8 @@ def test_recipe_runs_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
         reward_kwargs = json.dumps(build_tiny_hps(tmp_path / "hps"))
     elif config.reward[0].name == "image_reward":
         reward_kwargs = json.dumps(tiny_image_reward(tmp_path / "image_reward"))
+    elif config.reward[0].name == "vqa_score":
+        reward_kwargs = json.dumps({"model": str(build_llava(tmp_path / "llava"))})
     else:
         reward_kwargs = json.dumps({"model": str(build_clip(tmp_path / "clip"))})
     group = 3

@@ -176,6 +176,27 @@ def sd35m_imagereward() -> TrainConfig:
     return _sd3_base("sd35m_imagereward", RewardSpec(name="image_reward"), kl_beta=0.01)
 
 
+def sd35m_vqascore() -> TrainConfig:
+    """SD3.5-medium rewarded by a VLM judge: VQAScore (``reward_models/vqa_score.py``,
+    ``P(Yes)`` to 'Does this figure show "{prompt}"?') with Qwen2.5-VL-7B-Instruct as the
+    local judge in bf16, 8 images per judge forward, on the ``sd35m_pickscore`` settings (10 SDE
+    steps at noise 0.7, CFG 4.5, beta 0.01, global std). Flow-GRPO has no VQAScore config; the
+    judge checkpoint is the one the artifact reward's released code uses. Serve the judge on
+    its own GPUs with ``genrl serve-reward vqa_score`` and ``reward.0.name=remote`` when it does
+    not fit beside the policy.
+
+    Remaining differences: those of ``sd35m_pickscore``."""
+    config = _sd3_base(
+        "sd35m_vqascore",
+        RewardSpec(
+            name="vqa_score",
+            kwargs={"model": "Qwen/Qwen2.5-VL-7B-Instruct", "dtype": "bfloat16", "batch_size": 8},
+        ),
+        kl_beta=0.01,
+    )
+    return config
+
+
 def sd35m_pickscore_fast() -> TrainConfig:
     """SD3.5-medium + PickScore, Flow-GRPO-Fast without CFG (``pickscore_sd3_fast_nocfg``, run
     by ``scripts/train_sd3_fast.py``): CPS noise 0.8 in a 3-step SDE window starting at step
@@ -386,6 +407,7 @@ IMAGE_RECIPES = {
     "sd35m_pickscore": sd35m_pickscore,
     "sd35m_pickscore_fast": sd35m_pickscore_fast,
     "sd35m_imagereward": sd35m_imagereward,
+    "sd35m_vqascore": sd35m_vqascore,
     "flux_dev_pickscore": flux_dev_pickscore,
     "flux_dev_hps": flux_dev_hps,
     "flux_dev_hps_branch": flux_dev_hps_branch,
