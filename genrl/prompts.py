@@ -103,6 +103,20 @@ def _sudoku() -> PromptSource:
     )
 
 
+def _geometry3k() -> PromptSource:
+    """Geometry3K as ``scripts/geometry3k_jsonl.py geometry3k`` writes it (in the working
+    directory): 2,101 training and 601 test problems with their images and answers."""
+    folder = Path("geometry3k")
+    train, test = folder / "train.jsonl", folder / "test.jsonl"
+    if not (train.is_file() and test.is_file()):
+        raise PromptFileError(
+            f"prompt set geometry3k reads {train} and {test}: write them once with "
+            "`python scripts/geometry3k_jsonl.py geometry3k` (needs the network and the "
+            "`datasets` package), or give prompts.dataset=FILE.jsonl"
+        )
+    return PromptSource(train=read_prompt_records(train), eval=read_prompt_records(test))
+
+
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
@@ -111,6 +125,7 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "countdown": _countdown,
     "countdown_chat": _countdown_chat,
     "sudoku": _sudoku,
+    "geometry3k": _geometry3k,
 }
 
 

@@ -11,6 +11,7 @@ from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_fl
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
+from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.wan import WAN_RECIPES
 
@@ -23,6 +24,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
+    **QWEN_VL_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
