@@ -167,7 +167,7 @@ class MaskedTokenPolicy(TokenPolicy, Protocol):
 
 
 @runtime_checkable
-class EntropyTokenPolicy(Protocol):
+class EntropyTokenPolicy(TokenPolicy, Protocol):
     """A token policy that also reports the entropy of its distribution at each scored
     position (MSSR's advantage shaping, ``algorithm.advantage=mssr``)."""
 

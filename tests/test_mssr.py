@@ -14,7 +14,12 @@ from genrl.advantages import BetaValueTracker, entropy_shaped_advantages, mssr_a
 from genrl.overrides import ConfigError
 from reward_models import REWARDS
 from samplers.autoregressive import selected_log_probs, selected_log_probs_and_entropies
-from tests.test_causal_lm import CountLetterA, lm_config, lm_dir  # noqa: F401  (fixture)
+from tests.test_causal_lm import CountLetterA, lm_config, save_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_lm(tmp_path_factory.mktemp("lm"))
 
 
 def test_tracker_over_two_iterations_by_hand() -> None:
@@ -33,9 +38,7 @@ def test_tracker_over_two_iterations_by_hand() -> None:
     torch.testing.assert_close(tracker.values(["p", "q"]), torch.tensor([2 / 3, 1 / 3]))
     assert tracker.state_dict() == {"counts": {"p": [2.0, 1.0], "q": [1.0, 2.0]}}
     tracker.update(["p", "p", "r"], torch.tensor([0.0, 1.0, 1.0]))
-    assert tracker.state_dict() == {
-        "counts": {"p": [1.5, 0.75], "q": [1.0, 2.0], "r": [2.0, 1.0]}
-    }
+    assert tracker.state_dict() == {"counts": {"p": [1.5, 0.75], "q": [1.0, 2.0], "r": [2.0, 1.0]}}
     torch.testing.assert_close(
         tracker.values(["p", "q", "r", "new"]), torch.tensor([2 / 3, 1 / 3, 2 / 3, 0.5])
     )

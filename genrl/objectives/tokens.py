@@ -235,14 +235,16 @@ class TokenObjective(Objective[TP, TB, TU]):
         entropy bonus is added by ``units``)."""
         del inputs
         c = self.config
-        if self.tracker is not None:
+        estimator = c.advantage
+        if estimator == "mssr":
+            assert self.tracker is not None
             return clip_advantages(
                 mssr_advantages(self.tracker, prompts, rewards, c.mssr_eps), c.advantage_clip
             )
         return sequence_advantages(
             rewards,
             group_ids,
-            c.advantage,
+            estimator,
             c.std_mode,
             c.advantage_clip,
             eps=c.mad_eps if c.advantage == "median" else c.std_eps,
