@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from genrl.advantages import BetaValueTracker, entropy_shaped_advantages, mssr_advantages
+from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
+from genrl.protocols import EntropyTokenPolicy
 from reward_models import REWARDS
 from samplers.autoregressive import selected_log_probs, selected_log_probs_and_entropies
 from tests.test_causal_lm import CountLetterA, lm_config, save_tiny_lm
@@ -89,7 +91,7 @@ def test_entropies_of_the_scoring_forward() -> None:
     torch.testing.assert_close(flat, torch.full((1, 2), math.log(4)))
 
 
-def mssr_lm_config(tmp_path: Path, lm_dir: Path, **algorithm):  # type: ignore[no-untyped-def]
+def mssr_lm_config(tmp_path: Path, lm_dir: Path, **algorithm: object) -> TrainConfig:
     config = lm_config(tmp_path, lm_dir, advantage="mssr", **algorithm)
     config.train.prompts_per_iteration, config.train.group_size = 8, 1
     return config
@@ -134,7 +136,9 @@ def test_single_rollout_training_on_the_tiny_lm(
     if entropy == "full":
         inputs = (units.input_ids, units.attention_mask)
         completion = units.input_ids[:, units.completion_start :]
-        _, h = trainer.policy.token_log_probs_and_entropies(*inputs, completion, 1.0)
+        scorer = trainer.policy
+        assert isinstance(scorer, EntropyTokenPolicy)
+        _, h = scorer.token_log_probs_and_entropies(*inputs, completion, 1.0)
     else:
         h = -(units.old_log_probs.exp() * units.old_log_probs)
     expected = entropy_shaped_advantages(batch.rollout.advantages, h, mask)
