@@ -326,7 +326,9 @@ class TrainConfig:
             raise ConfigError(
                 unknown_message(self.algorithm.name, list(ALGORITHMS), "algorithm.name", value=True)
             )
-        if ALGORITHMS[self.algorithm.name].needs_groups and t.group_size < 2:
+        # A config may be group-free although its algorithm is not (GRPO's advantage=mssr).
+        group_free = bool(getattr(self.algorithm, "group_free", False))
+        if ALGORITHMS[self.algorithm.name].needs_groups and t.group_size < 2 and not group_free:
             raise ConfigError(
                 f"train.group_size must be >= 2 for {self.algorithm.name}: its advantages compare "
                 "the samples of a prompt's group, so a group of one has advantage 0 and nothing "

@@ -174,6 +174,24 @@ class MaskedTokenPolicy(TokenPolicy, Protocol):
         ...
 
 
+@runtime_checkable
+class EntropyTokenPolicy(TokenPolicy, Protocol):
+    """A token policy that also reports the entropy of its distribution at each scored
+    position (MSSR's advantage shaping, ``algorithm.advantage=mssr``)."""
+
+    def token_log_probs_and_entropies(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float = 1.0,
+        model_inputs: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``token_log_probs`` and ``[B, T]`` float32 entropies ``-sum_v p_v log p_v`` of
+        ``softmax(logits / temperature)`` at the same positions, from one forward."""
+        ...
+
+
 P = TypeVar("P", bound=Policy)
 
 
@@ -217,12 +235,15 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _video: FlowPolicy = video
         _causal: CausalTokenPolicy = causal
         _vlm: CausalTokenPolicy = vlm
+        _entropy: EntropyTokenPolicy = causal
+        _vlm_entropy: EntropyTokenPolicy = vlm
         _masked: MaskedTokenPolicy = masked
 
 
 __all__ = [
     "CausalTokenPolicy",
     "Condition",
+    "EntropyTokenPolicy",
     "FlowPolicy",
     "MaskedTokenPolicy",
     "Policy",

@@ -313,7 +313,8 @@ class TokenRollout(Batch):
             when the iteration is one optimizer step (training's forward is on-policy).
         ref_log_probs: ``[N, T]`` under the reference policy, or ``[N, 0]`` when no KL is used.
         finished: ``[N]`` bool, the completion ended with an end token (not cut at the limit).
-        advantages: ``[N]`` float32, filled after rewards.
+        advantages: ``[N]`` float32, filled after rewards; ``[N, T]`` per token in MSSR's
+            units (``advantage=mssr``, entropy-shaped).
         excluded: ``[N]`` bool, samples left out of training although their rewards count
             (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
         model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->

@@ -19,7 +19,7 @@ from torch import nn
 
 from pipelines.base import TrainablePolicy, disable_dropout
 from pipelines.loading import require_local_or_reachable
-from samplers.autoregressive import selected_log_probs
+from samplers.autoregressive import selected_log_probs, selected_log_probs_and_entropies
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -178,6 +178,19 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         other inputs (``model_inputs(prompts)`` of the same rows)."""
         logits = self.completion_logits(input_ids, attention_mask, targets.shape[1], model_inputs)
         return selected_log_probs(logits, targets, temperature)
+
+    def token_log_probs_and_entropies(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float = 1.0,
+        model_inputs: dict[str, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``token_log_probs`` and the entropy of every scored position's distribution at
+        ``temperature``, both ``[B, T]`` float32, from one forward."""
+        logits = self.completion_logits(input_ids, attention_mask, targets.shape[1], model_inputs)
+        return selected_log_probs_and_entropies(logits, targets, temperature)
 
     def linear_layer_names(self) -> set[str]:
         """Last name components of the network's ``nn.Linear`` modules (LoRA targets)."""

@@ -46,6 +46,34 @@ def selected_log_probs(
     return torch.cat(chunks)
 
 
+def selected_log_probs_and_entropies(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    rows_per_chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``selected_log_probs`` and, from the same logits, the entropy of each position's whole
+    distribution ``H_t = -sum_v p_v log p_v`` with ``p = softmax(logits / T)``: both ``[B, T]``
+    float32 from ``[B, T, V]`` logits, chunked the same way (the entropy needs the normalised
+    distribution that the log-prob already computes, so it costs one more pass over ``V``)."""
+    if rows_per_chunk is None:
+        rows_per_chunk = default_rows_per_chunk(logits.shape)
+    scale = temperature if temperature > 0 else 1.0
+    chosen_chunks, entropy_chunks = [], []
+    for start in range(0, logits.shape[0], rows_per_chunk):
+        part = logits[start : start + rows_per_chunk].float() / scale
+        normaliser = part.logsumexp(dim=-1)
+        chosen = part.gather(-1, targets[start : start + rows_per_chunk, :, None]).squeeze(-1)
+        # The same operations as ``selected_log_probs``, so that these log-probs equal
+        # training's recomputation bit for bit (the first update's ratio is exactly 1).
+        chosen_chunks.append(chosen - normaliser)
+        log_p = part - normaliser[..., None]
+        # A token ruled out by a -inf logit (a VLM's vision placeholders) adds 0, not 0 * -inf.
+        probs = log_p.exp()
+        entropy_chunks.append(-torch.where(probs > 0, probs * log_p, 0.0).sum(dim=-1))
+    return torch.cat(chosen_chunks), torch.cat(entropy_chunks)
+
+
 @dataclass
 class TokenStep:
     """One sampled token per row: ``tokens [B]`` long and their ``log_probs [B]`` float32."""

@@ -4,7 +4,9 @@ Shao et al., "DeepSeekMath" (2024), eq. 3 (the objective in ``genrl/objectives/t
 The variants are settings of one config: Dr.GRPO (Liu et al. 2025) = ``std_mode=none`` with the
 ``constant`` aggregation; DAPO's loss (Yu et al. 2025) = ``clip_range_high=0.28`` with the
 ``token_mean`` aggregation and the overlong penalty reward; GSPO (Zheng et al. 2025) =
-``ratio_level=sequence``; RLOO (Ahmadian et al. 2024) = ``advantage=rloo``.
+``ratio_level=sequence``; RLOO (Ahmadian et al. 2024) = ``advantage=rloo``; MC-GRPO (Kim 2026) =
+``advantage=median``; MSSR (Liu et al. 2025), single-rollout = ``advantage=mssr`` with
+``train.group_size=1``.
 
 The pairing: ``AutoregressiveRollout`` (``generation.*``) and ``TokenPolicyGradient``.
 """
@@ -32,7 +34,7 @@ class GRPOConfig(TokenPolicyGradientConfig, AlgorithmConfig):
     it with ``aggregation=sequence_mean``, which verl's GSPO loss always uses)."""
 
     def validate(self, train_config: Any = None) -> None:
-        self.validate_objective(train_config)
+        self.validate_objective(train_config, mssr=True)
 
 
 @register_algorithm("grpo")

@@ -11,6 +11,11 @@ with a KL to the reference policy:
 ``TokenObjective`` holds what every token objective shares (advantages, the surrogate, the token
 count of DAPO's step-wide mean); ``TokenPolicyGradient`` scores a causal LM's completions and
 ``genrl/objectives/masked_tokens.py`` a masked-diffusion LM's corrupted views.
+
+``advantage=mssr`` replaces the group by MSSR's single-rollout advantages (Liu et al. 2025,
+arXiv 2512.18215): a per-prompt Beta baseline tracked across iterations, batch normalisation,
+and an entropy bonus per token (``genrl.advantages.BetaValueTracker``, ``mssr_advantages``,
+``entropy_shaped_advantages``).
 """
 
 from __future__ import annotations
@@ -22,11 +27,19 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from genrl.advantages import median_centered_advantages, sequence_advantages, validate_median_groups
+from genrl.advantages import (
+    BetaValueTracker,
+    clip_advantages,
+    entropy_shaped_advantages,
+    median_centered_advantages,
+    mssr_advantages,
+    sequence_advantages,
+    validate_median_groups,
+)
 from genrl.losses import AGGREGATIONS, Metrics, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.overrides import ConfigError
-from genrl.protocols import CausalTokenPolicy, TokenPolicy
+from genrl.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
 from genrl.rng import RolloutNoise
 from genrl.rollout import Batch, TokenRollout
 
@@ -50,11 +63,15 @@ class TokenPolicyGradientConfig:
     ``grpo``); token mean over the optimizer step's tokens on all processes (DAPO, TRL ``dapo``);
     token mean per minibatch (TRL ``bnpo``); mean of per-sequence token sums (verl
     ``seq-mean-token-sum``); token sum / (B * max_new_tokens) (Dr.GRPO)."""
-    advantage: Literal["group", "rloo", "median"] = "group"
+    advantage: Literal["group", "rloo", "median", "mssr"] = "group"
     """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out;
     ``median``: MC-GRPO (Kim 2026): groups of ``G + 1`` (an odd ``train.group_size``) centred on
     their median and scaled by its absolute deviation, the median sample left out of training
-    (``genrl.advantages.median_centered_advantages``)."""
+    (``genrl.advantages.median_centered_advantages``); ``mssr``: MSSR (Liu et al. 2025, arXiv
+    2512.18215), one rollout per prompt (``train.group_size=1``, ``algorithm.name=grpo`` only):
+    reward minus the prompt's tracked Beta baseline, normalised over the batch, plus a per-token
+    entropy bonus (the ``mssr_*`` fields; ``std_mode``, ``std_estimator`` and ``std_eps`` are
+    unused)."""
     std_mode: Literal["group", "global", "none"] = "group"
     """Divide by the group's reward std (GRPO), the batch's (``global``) or nothing (Dr.GRPO)."""
     std_estimator: Literal["sample", "population"] = "sample"
@@ -74,8 +91,43 @@ class TokenPolicyGradientConfig:
     """Clamp advantages to +-this; None disables."""
     mad_eps: float = 1e-3
     """``advantage=median``: added to the median absolute deviation (MC-GRPO: 1e-3)."""
+    mssr_rho: float = 0.9175
+    """``advantage=mssr``: forgetting factor of the Beta baseline's update (``alpha <- rho alpha
+    + o``). The released code (ruiiu/MSSR) adapts it between ``rho_min=0.875`` and
+    ``rho_max=0.96`` from the KL to the reference and uses their midpoint 0.9175 without one;
+    genrl keeps it fixed."""
+    mssr_prior_count: float = 8.0
+    """``advantage=mssr``: pseudo-outcomes ``N0`` of an unseen prompt's prior (released code:
+    ``1 / (1 - rho_min) = 8``)."""
+    mssr_v_init: float = 0.5
+    """``advantage=mssr``: prior success probability of an unseen prompt (released code's
+    ``mvsr_v_init``: 0.5)."""
+    mssr_eps: float = 1e-6
+    """``advantage=mssr``: floor of the batch variance that normalises advantages (released
+    code's ``mvsr_eps``: 1e-6)."""
+    mssr_entropy_alpha: float = 0.4
+    """``advantage=mssr``: scale of the entropy bonus ``min(alpha H, |A| / kappa)`` (released
+    MSSR config ``entropy_alpha``: 0.4, Cheng et al. 2025's value); 0 turns the shaping off,
+    which is the paper's unstabilised single-rollout baseline (MVSR)."""
+    mssr_entropy_kappa: float = 2.0
+    """``advantage=mssr``: the bonus is at most ``|A| / kappa`` (released: ``entropy_kappa`` 2)."""
+    mssr_entropy: Literal["full", "sampled"] = "full"
+    """``advantage=mssr``: the per-token entropy ``H``: ``full``, the entropy of the whole
+    sampling distribution ``-sum_v p_v log p_v`` (the definition the released code's docstring
+    states), from the old-log-prob forward; ``sampled``, ``-p log p`` of the sampled token only,
+    which is what the released code computes (``compute_token_entropy``)."""
 
-    def validate_objective(self, train_config: Any = None) -> None:
+    @property
+    def group_free(self) -> bool:
+        """Whether advantages need no group (MSSR's tracked baseline), so that
+        ``train.group_size=1`` is allowed."""
+        return self.advantage == "mssr"
+
+    def validate_objective(self, train_config: Any = None, mssr: bool = False) -> None:
+        """Raise ``ConfigError`` on a bad field; ``mssr``: whether this objective implements
+        ``advantage=mssr`` (the causal LM's, which has the entropies the shaping needs)."""
+        if self.advantage == "mssr":
+            self._validate_mssr(train_config, mssr)
         if self.clip_range <= 0 or (self.clip_range_high is not None and self.clip_range_high <= 0):
             raise ConfigError("algorithm.clip_range and clip_range_high must be positive")
         if self.kl_beta < 0:
@@ -92,9 +144,51 @@ class TokenPolicyGradientConfig:
                     "generation.temperature must be > 0: greedy rollouts give every member of a "
                     "group the same answer, hence zero advantages"
                 )
-            if train_config.train.group_size < 2:
+            if self.advantage != "mssr" and train_config.train.group_size < 2:
                 raise ConfigError("train.group_size must be >= 2: advantages compare a group")
             validate_median_groups(self.advantage, train_config.train.group_size)
+
+    def _validate_mssr(self, train_config: Any, supported: bool) -> None:
+        if not supported:
+            raise ConfigError(
+                "algorithm.advantage=mssr is implemented for algorithm.name=grpo (causal LMs) only"
+            )
+        if not 0 < self.mssr_rho <= 1:
+            raise ConfigError(f"algorithm.mssr_rho must be in (0, 1], got {self.mssr_rho}")
+        if self.mssr_prior_count <= 0:
+            raise ConfigError(
+                f"algorithm.mssr_prior_count must be > 0, got {self.mssr_prior_count}"
+            )
+        if not 0 <= self.mssr_v_init <= 1:
+            raise ConfigError(f"algorithm.mssr_v_init must be in [0, 1], got {self.mssr_v_init}")
+        if self.mssr_eps < 0 or self.mssr_entropy_alpha < 0:
+            raise ConfigError("algorithm.mssr_eps and mssr_entropy_alpha must be >= 0")
+        if self.mssr_entropy_kappa <= 0:
+            raise ConfigError(
+                f"algorithm.mssr_entropy_kappa must be > 0, got {self.mssr_entropy_kappa}"
+            )
+        if self.mssr_entropy not in ("full", "sampled"):
+            raise ConfigError(
+                f"algorithm.mssr_entropy must be full or sampled, got {self.mssr_entropy!r}"
+            )
+        if train_config is None:
+            return
+        if train_config.train.group_size != 1:
+            raise ConfigError(
+                "algorithm.advantage=mssr is single-rollout: set train.group_size=1 (and spend "
+                "the samples on more train.prompts_per_iteration); got "
+                f"{train_config.train.group_size}"
+            )
+        if train_config.train.dynamic_sampling:
+            raise ConfigError(
+                "train.dynamic_sampling drops groups with one reward value, i.e. every group of "
+                "one sample: it cannot be used with algorithm.advantage=mssr"
+            )
+        if train_config.reward_aggregation != "weighted_sum":
+            raise ConfigError(
+                "algorithm.advantage=mssr needs reward_aggregation=weighted_sum: "
+                "normalize_then_sum normalises within groups, and groups here hold one sample"
+            )
 
 
 class TokenObjective(Objective[TP, TB, TU]):
@@ -123,6 +217,11 @@ class TokenObjective(Objective[TP, TB, TU]):
             max_length=train_config.generation.max_new_tokens,
             clip_ratio_c=config.clip_ratio_c,
         )
+        self.tracker: BetaValueTracker | None = None
+        if config.advantage == "mssr":
+            self.tracker = BetaValueTracker(
+                config.mssr_rho, config.mssr_prior_count, config.mssr_v_init
+            )
 
     def advantages(
         self,
@@ -131,13 +230,21 @@ class TokenObjective(Objective[TP, TB, TU]):
         group_ids: torch.Tensor,
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """``[N]`` group-relative advantages (``genrl.advantages.sequence_advantages``)."""
-        del prompts, inputs
+        """``[N]`` group-relative advantages (``genrl.advantages.sequence_advantages``), or
+        MSSR's tracked-baseline ones (``genrl.advantages.mssr_advantages``; the per-token
+        entropy bonus is added by ``units``)."""
+        del inputs
         c = self.config
+        estimator = c.advantage
+        if estimator == "mssr":
+            assert self.tracker is not None
+            return clip_advantages(
+                mssr_advantages(self.tracker, prompts, rewards, c.mssr_eps), c.advantage_clip
+            )
         return sequence_advantages(
             rewards,
             group_ids,
-            c.advantage,
+            estimator,
             c.std_mode,
             c.advantage_clip,
             eps=c.mad_eps if c.advantage == "median" else c.std_eps,
@@ -151,6 +258,14 @@ class TokenObjective(Objective[TP, TB, TU]):
         if self.config.advantage != "median":
             return None
         return median_centered_advantages(rewards, group_ids, self.config.mad_eps)[1]
+
+    def state_dict(self) -> dict[str, Any]:
+        """MSSR's tracker (nothing for the group estimators, which keep no state)."""
+        return {} if self.tracker is None else {"mssr_tracker": self.tracker.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.tracker is not None:
+            self.tracker.load_state_dict(state["mssr_tracker"])
 
     @abc.abstractmethod
     def log_probs(self, policy: TP, units: TU) -> torch.Tensor:
@@ -250,10 +365,68 @@ class TokenPolicyGradient(TokenObjective[CausalTokenPolicy, TokenRollout, TokenR
         self, policy: CausalTokenPolicy, batch: TokenRollout, noise: RolloutNoise
     ) -> TokenRollout:
         """The completions with their old log-probs (the computation training repeats, so the
-        first update is exactly on-policy) and reference log-probs."""
+        first update is exactly on-policy) and reference log-probs; with ``advantage=mssr``
+        also their ``[N, T]`` entropy-shaped advantages (``mssr_units``)."""
         del noise
+        if self.config.advantage == "mssr":
+            return self.mssr_units(policy, batch)
         old, ref = self.old_and_reference(policy, batch)
         return dataclasses.replace(batch, old_log_probs=old, ref_log_probs=ref)
+
+    def mssr_units(self, policy: CausalTokenPolicy, batch: TokenRollout) -> TokenRollout:
+        """MSSR's units: the sequence advantages ``[N]`` become ``[N, T]``,
+        ``A + min(alpha H_t, |A| / kappa)`` (``genrl.advantages.entropy_shaped_advantages``).
+
+        ``H_t`` is the entropy of the policy that sampled the rollout, measured here, before
+        any update, and fixed for the iteration's passes, as the released code takes it from
+        the old log-probs; it is computed without gradients, so it is detached as the shaping
+        requires. The old-log-prob forward yields it at the cost of one more pass over the
+        vocabulary per position; when the iteration is one optimizer step (no old forward,
+        ``updates_once``) that forward runs for the entropies alone.
+        """
+        c, counted = self.config, batch.completion_mask
+        size = self.train_config.train.minibatch_size
+        temperature = self.rollout.sampler.temperature
+        completion = batch.input_ids[:, batch.completion_start :]
+        if c.mssr_entropy == "full":
+            scorer = require(policy, EntropyTokenPolicy, "grpo with algorithm.advantage=mssr")
+            pieces = []
+            for i in range(0, len(batch), size):
+                chunk = batch.select(slice(i, i + size))
+                pieces.append(
+                    scorer.token_log_probs_and_entropies(
+                        chunk.input_ids,
+                        chunk.attention_mask,
+                        completion[i : i + size],
+                        temperature,
+                        chunk.model_inputs,
+                    )
+                )
+            log_probs = torch.cat([p[0] for p in pieces]) * counted
+            entropies = torch.cat([p[1] for p in pieces]) * counted
+        else:
+            chunks = [
+                self.log_probs(policy, batch.select(slice(i, i + size)))
+                for i in range(0, len(batch), size)
+            ]
+            log_probs = torch.cat(chunks) * counted
+            # -p log p of the sampled token; 0 off the mask, where log p was zeroed.
+            entropies = -(log_probs.exp() * log_probs)
+        old = log_probs if self.scores_old(len(batch)) else counted[:, :0].float()
+        ref = counted[:, :0].float()
+        if c.kl_beta > 0:
+            with policy.reference():
+                ref_chunks = [
+                    self.log_probs(policy, batch.select(slice(i, i + size)))
+                    for i in range(0, len(batch), size)
+                ]
+            ref = torch.cat(ref_chunks) * counted
+        advantages = entropy_shaped_advantages(
+            batch.advantages, entropies, counted, c.mssr_entropy_alpha, c.mssr_entropy_kappa
+        )
+        return dataclasses.replace(
+            batch, old_log_probs=old, ref_log_probs=ref, advantages=advantages
+        )
 
 
 __all__ = [

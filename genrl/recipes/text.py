@@ -81,6 +81,29 @@ def llm_countdown_mc_grpo() -> TrainConfig:
     return config
 
 
+def llm_countdown_mssr() -> TrainConfig:
+    """MSSR (Liu et al. 2025, arXiv 2512.18215) on the embedded Countdown LM: one completion
+    per prompt (``train.group_size=1``) for 256 prompts, the same 256 samples per iteration as
+    ``llm_countdown_grpo``'s 32 prompts x 8, with the same minibatches, passes, KL, clip and
+    learning-rate schedule. Advantages: reward minus the prompt's tracked Beta baseline,
+    normalised over the batch, plus the entropy bonus ``min(0.4 H, |A| / 2)`` per token (the
+    released MSSR config's values; ``algorithm.mssr_*``).
+
+    The ``countdown`` prompts hold 1,000 training problems and each iteration draws 256 distinct
+    ones, so a prompt comes back about every 4 iterations (about 51 times over the 200): its
+    baseline tracks its recent success rate with a memory of about ``1 / (1 - 0.9175) = 12``
+    outcomes. The measurement against ``llm_countdown_grpo`` is in ``docs/algorithms/grpo.md``
+    ("MSSR").
+    """
+    config = llm_countdown_grpo()
+    config.recipe = "llm_countdown_mssr"
+    assert isinstance(config.algorithm, GRPOConfig)
+    config.algorithm.advantage = "mssr"
+    config.train.prompts_per_iteration = 256
+    config.train.group_size = 1
+    return config
+
+
 def qwen3_countdown_grpo() -> TrainConfig:
     """Qwen3-0.6B with LoRA on Countdown through its chat template (a GPU job).
 
@@ -136,5 +159,6 @@ def qwen3_countdown_grpo() -> TrainConfig:
 TEXT_RECIPES = {
     "llm_countdown_grpo": llm_countdown_grpo,
     "llm_countdown_mc_grpo": llm_countdown_mc_grpo,
+    "llm_countdown_mssr": llm_countdown_mssr,
     "qwen3_countdown_grpo": qwen3_countdown_grpo,
 }
