@@ -12,6 +12,7 @@ from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
+from genrl.recipes.video_digits import VIDEO_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo": digits_flow_grpo,
@@ -21,6 +22,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
+    **VIDEO_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
