@@ -67,7 +67,11 @@ TRAIN |= {"optimizer": "Adam", "time_sampling": "s ~ U(0, 1)", "label_dropout": 
 # Fractions of digit labels and of direction labels replaced by uniformly random ones.
 TRAIN |= {"label_noise": 0.3, "direction_noise": 0.3, "eval_every": 500}
 TRAIN |= {"accept_reward": [0.3, 0.7]}
-EVAL = {"prompts": "VIDEO_EVAL_PROMPTS (40)", "samples_per_prompt": 8, "noise_seed": 1234}
+EVAL: dict[str, Any] = {
+    "prompts": "VIDEO_EVAL_PROMPTS (40)",
+    "samples_per_prompt": 8,
+    "noise_seed": 1234,
+}
 EVAL |= {"num_steps": 10, "sigmas": "flow_sigmas(10), no shift", "guidance": 1.0}
 EVAL |= {"reward": "moving_digit (0.5 digit + 0.5 motion)"}
 

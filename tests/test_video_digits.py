@@ -170,6 +170,7 @@ def test_reward_is_batched_and_weighted() -> None:
 def test_reward_reads_a_real_moving_digit() -> None:
     """A scikit-learn "3" rendered moving left: the embedded classifier reads it on every frame
     and the motion is exactly the expected 5 px."""
+    pytest.importorskip("sklearn")
     from sklearn.datasets import load_digits
 
     digits = load_digits()
