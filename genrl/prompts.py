@@ -51,6 +51,14 @@ def _digits() -> PromptSource:
     return PromptSource(train=list(TRAIN_PROMPTS), eval=list(ALL_PROMPTS))
 
 
+def _video_digits() -> PromptSource:
+    """ "a 3 moving left": every (digit, direction) pair in three templates for training, the
+    first template's 40 for evaluation."""
+    from pipelines.toy.video_prompts import VIDEO_EVAL_PROMPTS, VIDEO_TRAIN_PROMPTS
+
+    return PromptSource(train=list(VIDEO_TRAIN_PROMPTS), eval=list(VIDEO_EVAL_PROMPTS))
+
+
 def _t2i_simple() -> PromptSource:
     """96 short text-to-image prompts (colour, count, composition, style), 80 train / 16 held
     out; the default prompts of the real-model recipes (replace with your own dataset)."""
@@ -120,6 +128,7 @@ def _geometry3k() -> PromptSource:
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
+    "video_digits": _video_digits,
     "t2i_simple": _t2i_simple,
     "t2v_simple": _t2v_simple,
     "countdown": _countdown,

@@ -8,6 +8,7 @@ from typing import Any
 # name -> "module:Class" (imported only when built, so heavy libraries load on demand) or a class.
 POLICIES: dict[str, Any] = {
     "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
+    "toy_video_digits": "pipelines.toy.video_policy:ToyVideoDigitsPolicy",
     # Diffusers flow-matching text-to-image and text-to-video models; flow_image reads the
     # family from the checkpoint's model_index.json.
     "flow_image": "pipelines.flow_image:flow_image_policy",  # class: RESOLVERS

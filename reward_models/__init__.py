@@ -12,6 +12,7 @@ from reward_models.composite import CompositeReward, RewardError
 # name -> "module:Class" (imported on build) or the class itself, for rewards defined in user code.
 REWARDS: dict[str, Any] = {
     "digit_classifier": "reward_models.digits:DigitClassifierReward",
+    "moving_digit": "reward_models.moving_digits:MovingDigitReward",
     "target_color": "reward_models.color:TargetColorReward",
     "clipscore": "reward_models.clip:CLIPScoreReward",
     "pickscore": "reward_models.clip:PickScoreReward",

@@ -26,6 +26,8 @@ RECIPES: dict[str, bool] = {
     "digits_gdro": True,
     "digits_gdro_offline": True,
     "digits_diffusion_nft": True,
+    "video_digits_flow_grpo": True,
+    "video_digits_diffusion_nft": True,
     "llm_countdown_grpo": False,
     "llm_countdown_mc_grpo": False,
     "dllm_sudoku_maskgrpo": False,

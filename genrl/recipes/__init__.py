@@ -13,6 +13,7 @@ from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
+from genrl.recipes.video_digits import VIDEO_RECIPES
 from genrl.recipes.wan import WAN_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
@@ -25,6 +26,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **TEXT_RECIPES,
     **DLLM_RECIPES,
     **QWEN_VL_RECIPES,
+    **VIDEO_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
