@@ -175,3 +175,36 @@ def save_reward_curve(rows: list[dict[str, Any]], path: Path, title: str) -> Non
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def save_score_curves(rows: list[dict[str, Any]], names: list[str], path: Path, title: str) -> bool:
+    """Each named score's training mean per iteration (``<name>/mean`` in ``metrics.jsonl``),
+    one line per score: the criteria of a rubric, the parts of a composite reward. Returns
+    False (and writes nothing) when none was logged."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {}
+    for name in names:
+        points = [
+            (r["iteration"], r[f"{name}/mean"]) for r in rows if r.get(f"{name}/mean") is not None
+        ]
+        if points:
+            curves[name] = points
+    if not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    for name, points in curves.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("training mean")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return True

@@ -15,6 +15,7 @@ from genrl.metrics import MetricsWriter, read_metrics
 from genrl.plots import (
     save_reward_curve,
     save_sample_grid,
+    save_score_curves,
     save_side_by_side,
     save_video_samples,
 )
@@ -74,11 +75,12 @@ class RunReport:
                 both = self.run_dir / f"samples_before_after{suffix}"
                 save_side_by_side(before, after_file, both, titles)
         before = t.eval_history["before"]
-        save_reward_curve(
-            read_metrics(self.run_dir / "metrics.jsonl"),
-            self.run_dir / "reward_curve.png",
-            f"{t.config.recipe}: {t.config.algorithm.name}",
-        )
+        rows = read_metrics(self.run_dir / "metrics.jsonl")
+        title = f"{t.config.recipe}: {t.config.algorithm.name}"
+        save_reward_curve(rows, self.run_dir / "reward_curve.png", title)
+        # The parts of the reward (a rubric's criteria, a composite's terms), one curve each.
+        parts = [name for name in after.scores if name != t.reward.name]
+        save_score_curves(rows, parts, self.run_dir / "score_curves.png", title)
         summary = {
             "recipe": t.config.recipe,
             "algorithm": t.config.algorithm.name,

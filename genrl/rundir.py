@@ -22,9 +22,13 @@ RUN_FILES = (
     "metrics.jsonl",
     "summary.json",
     "reward_curve.png",
+    "score_curves.png",
     "samples_before.png",
     "samples_after.png",
     "samples_before_after.png",
+    "samples_before.gif",
+    "samples_after.gif",
+    "samples_before_after.gif",
     "samples_before.md",
     "samples_after.md",
 )

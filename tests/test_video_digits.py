@@ -280,5 +280,10 @@ def test_a_full_run_writes_its_summary_and_videos(tmp_path: Path) -> None:
     assert summary["recipe"] == "video_digits_flow_grpo"
     assert summary["heldout_samples"] == 40
     assert set(summary["heldout_scores_after"]) >= {"moving_digit/digit", "moving_digit/motion"}
-    for name in ("samples_before.gif", "samples_after.gif", "samples_before_after.gif"):
+    for name in (
+        "samples_before.gif",
+        "samples_after.gif",
+        "samples_before_after.gif",
+        "score_curves.png",
+    ):
         assert (tmp_path / "run" / name).is_file()
