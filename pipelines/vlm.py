@@ -12,7 +12,9 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors (LLaVA, SmolVLM / Idefics3, Gemma 3) already return batch-first pixels.
+* other processors (LLaVA; SmolVLM / Idefics3 and Gemma 3 by their documented layouts, not
+  tested here) already return batch-first pixels; a processor output that is not one row per
+  prompt is refused with an error naming it.
 
 Qwen-family models place tokens with multimodal RoPE (three position streams, vision tokens on
 a grid); their position ids come from the model's own ``get_rope_index`` in sampling and in
