@@ -20,7 +20,7 @@ from genrl.allocation import collect_varied_groups
 from genrl.config import TrainConfig
 from genrl.groups import expand_groups, gather, gather_scores
 from genrl.objectives.base import Objective
-from genrl.prompts import reward_metadata
+from genrl.prompts import prompt_id, reward_metadata
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise
 from genrl.rollouts.base import Rollout
@@ -207,9 +207,10 @@ class BatchCollector:
         if self.config.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
             rewards = decoupled_group_rewards(scores, weights, global_group_ids)
-        advantages = self.objective.advantages(
-            rewards, global_prompts, global_group_ids, **(inputs or {})
-        )
+        # Per-prompt state (stat trackers, MSSR's baselines) is keyed by plain-string ids:
+        # checkpoints hold it, and dataset rows may share a text.
+        ids = [prompt_id(p) for p in global_prompts]
+        advantages = self.objective.advantages(rewards, ids, global_group_ids, **(inputs or {}))
         rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
         excluded = self.objective.excluded_samples(rewards, global_group_ids)
         if excluded is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from genrl.prompts import reward_metadata
+from genrl.prompts import prompt_id, reward_metadata
 from genrl.rollouts.base import OutputFn
 
 
@@ -18,7 +18,8 @@ class EvalResult:
 
     Attributes:
         reward: mean primary reward over all ``P * S`` samples.
-        per_prompt: prompt -> mean reward of its ``S`` samples.
+        per_prompt: prompt id (``prompt_id``: its text, with ``#row`` for a dataset row) ->
+            mean reward of its ``S`` samples.
         scores: name -> mean of every score the reward returned.
         outputs: the ``P * S`` decoded samples (images ``[P * S, C, H, W]`` or texts); sample
             ``i`` belongs to prompt ``i % P``.
@@ -75,7 +76,9 @@ def evaluate(
     score_chunks = [item[2] for item in mine]
     scores = {k: torch.cat([c[k] for c in score_chunks]) for k in score_chunks[0]}
     primary = scores[reward.name]
-    per_prompt = {p: float(primary[i :: len(prompts)].mean()) for i, p in enumerate(prompts)}
+    per_prompt = {
+        prompt_id(p): float(primary[i :: len(prompts)].mean()) for i, p in enumerate(prompts)
+    }
     if isinstance(chunks[0], torch.Tensor):
         outputs: Any = torch.cat(chunks)
     else:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from genrl.groups import expand_groups, gather
+from genrl.prompts import reward_metadata
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise, Streams, stream_generator
 from genrl.rollout_store import GroupRecord, RolloutStore
@@ -98,7 +99,9 @@ class OfflineSource:
             with torch.no_grad(), acc.autocast(), policy.reference():
                 sampled = rollout.collect(policy, global_prompts[local], global_ids[local], noise)
             outputs = rollout.outputs(policy, sampled)
-            scores = reward(outputs, global_prompts[local], rollout.reward_metadata(sampled))
+            local_prompts = global_prompts[local]
+            metadata = reward_metadata(local_prompts, rollout.reward_metadata(sampled))
+            scores = reward(outputs, local_prompts, metadata)
             samples = gather(sampled.final.float(), acc).cpu()
             gathered = {k: gather(v, acc).cpu() for k, v in scores.scores.items()}
             if acc.is_main_process:

@@ -101,14 +101,14 @@ def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, st
 
     Works from the files, so it also works for a run that was resumed in another process.
     """
-    from PIL import Image, ImageDraw, ImageSequence
+    from PIL import Image, ImageDraw
 
     with Image.open(left) as a, Image.open(right) as b:
-        pairs = [
-            (x.convert("RGB"), y.convert("RGB"))
-            for x, y in zip(ImageSequence.Iterator(a), ImageSequence.Iterator(b), strict=False)
-        ]
-        frame_ms = int(a.info.get("duration", 250))
+        timed_a, timed_b = _timed_frames(a), _timed_frames(b)
+    # GIF writers merge identical consecutive frames (a still clip is one long frame), so the
+    # two are paired by time: each frame repeated over the slots of the shortest duration.
+    frame_ms = min((ms for _, ms in timed_a + timed_b if ms > 0), default=250)
+    pairs = list(zip(_slots(timed_a, frame_ms), _slots(timed_b, frame_ms), strict=False))
     header, gap = 24, 16
     canvases = []
     for images in pairs:
@@ -125,6 +125,20 @@ def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, st
         _save_gif(canvases, path, frame_ms)
     else:
         canvases[0].save(path)
+
+
+def _timed_frames(picture: Any) -> list[tuple[Any, int]]:
+    """A picture's frames in RGB with their durations in ms (0 for a still image)."""
+    from PIL import ImageSequence
+
+    return [
+        (frame.convert("RGB"), int(frame.info.get("duration", 0) or 0))
+        for frame in ImageSequence.Iterator(picture)
+    ]
+
+
+def _slots(timed: list[tuple[Any, int]], slot_ms: int) -> list[Any]:
+    return [frame for frame, ms in timed for _ in range(max(1, round(ms / slot_ms)))]
 
 
 def _to_pil(image: torch.Tensor) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from genrl.rng import Streams, stream_generator
-from pipelines.base import Prompt, prompt_columns
+from pipelines.base import Prompt, prompt_columns, prompt_id
 
 
 @dataclass
@@ -169,13 +169,12 @@ IMAGE_COLUMNS = ("image", "images")
 def read_prompt_records(path: str | Path) -> list[str]:
     """The prompts of a JSON Lines file: one object per line with the text under ``prompt``
     and any other columns (``images``: a path or a list of paths, relative to the file;
-    ``answer``, ``rubric``, ...) carried by the ``Prompt``. Two rows with the same text must
-    have the same columns (a prompt is its text)."""
+    ``answer``, ``rubric``, ...) carried by the ``Prompt``, numbered by row (rows may share a
+    text: ``prompt_id`` tells them apart)."""
     import json
 
     folder = Path(path).resolve().parent
     prompts: list[str] = []
-    seen: dict[str, dict[str, Any]] = {}
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -189,11 +188,7 @@ def read_prompt_records(path: str | Path) -> list[str]:
         for key in IMAGE_COLUMNS:
             if key in row:
                 row[key] = _resolve_paths(row[key], folder, f"{path}: line {number}: {key}")
-        if seen.setdefault(text, row) != row:
-            raise PromptFileError(
-                f"{path}: line {number} repeats the prompt {text[:40]!r} with other columns"
-            )
-        prompts.append(Prompt(text, row))
+        prompts.append(Prompt(text, row, len(prompts)))
     if not prompts:
         raise ValueError(f"prompt file {path} holds no prompts")
     return prompts
@@ -251,6 +246,7 @@ __all__ = [
     "PromptFileError",
     "PromptSource",
     "load_prompts",
+    "prompt_id",
     "read_prompt_records",
     "register_prompt_set",
     "reward_metadata",

@@ -19,6 +19,7 @@ from genrl.plots import (
     save_side_by_side,
     save_video_samples,
 )
+from genrl.prompts import prompt_id
 
 
 class RunReport:
@@ -115,7 +116,7 @@ def save_text_samples(result: EvalResult, path: Path, name: str, limit: int = 50
     lines = [f"| prompt | output | mean {name} of the prompt |", "|---|---|---|"]
     for prompt, text in list(zip(result.prompts, result.outputs, strict=True))[:limit]:
         cells = [c.replace("|", "\\|").replace("\n", " ") for c in (prompt, text)]
-        lines.append(f"| {cells[0]} | {cells[1]} | {result.per_prompt[prompt]:.3f} |")
+        lines.append(f"| {cells[0]} | {cells[1]} | {result.per_prompt[prompt_id(prompt)]:.3f} |")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

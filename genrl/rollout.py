@@ -351,11 +351,24 @@ class TokenRollout(Batch):
         completion mask False), so their token id (0) is never read."""
         prompt = max(b.completion_start for b in batches)
         length = max(b.completion_mask.shape[1] for b in batches)
-        # Packed pixel inputs are zero-padded per sample: widen them to the widest batch's.
-        widest = {
-            k: [max(b.model_inputs[k].shape[d] for b in batches) for d in range(1, v.ndim)]
-            for k, v in batches[0].model_inputs.items()
-        }
+        # Packed pixel inputs are zero-padded per sample: widen them to the widest batch's; a
+        # batch without images (a round of text-only prompts) gets all-padding rows.
+        shapes: dict[str, tuple[torch.Tensor, list[int]]] = {}
+        for b in batches:
+            for k, v in b.model_inputs.items():
+                _, dims = shapes.get(k, (v, [0] * (v.ndim - 1)))
+                shapes[k] = (v, [max(d, n) for d, n in zip(dims, v.shape[1:], strict=True)])
+        widest = {k: dims for k, (_, dims) in shapes.items()}
+        batches = [
+            dataclasses.replace(
+                b,
+                model_inputs={
+                    k: b.model_inputs.get(k, v.new_zeros(len(b), *[0] * (v.ndim - 1)))
+                    for k, (v, _) in shapes.items()
+                },
+            )
+            for b in batches
+        ]
         aligned = []
         for b in batches:
             before, after = prompt - b.completion_start, length - b.completion_mask.shape[1]

@@ -35,7 +35,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from pipelines.base import prompt_columns
+from pipelines.base import prompt_columns, prompt_id
 from pipelines.loading import require_local_or_reachable
 from pipelines.transformers_base import DTYPES, TransformersPolicy, eos_ids
 from samplers.autoregressive import Generation, TokenSampler, generate
@@ -101,6 +101,8 @@ class VLMPolicy(TransformersPolicy):
         parameters = inspect.signature(self.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._token_types = "mm_token_type_ids" in parameters
+        # Only the positions that score the completion need logits (not the vision tokens').
+        self._logits_to_keep = "logits_to_keep" in parameters
         # A completion is text: the model never samples (and is never scored on) the vision
         # placeholders, which the model's forward would take for image positions.
         config = self.base_model.config
@@ -133,7 +135,11 @@ class VLMPolicy(TransformersPolicy):
         return self._process(prompts)[2]
 
     def _images(self, prompt: str) -> list[Any]:
-        value = prompt_columns(prompt).get(self.image_column, [])
+        columns = prompt_columns(prompt)
+        value = columns.get(self.image_column)
+        if value is None and self.image_column == "images":
+            value = columns.get("image", [])  # the singular spelling datasets also use
+        value = [] if value is None else value
         return list(value) if isinstance(value, list | tuple) else [value]
 
     def _process(
@@ -141,9 +147,11 @@ class VLMPolicy(TransformersPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # encode_prompts and model_inputs are called back to back on the same prompts.
         device = self.device
-        if self._last is not None and self._last[:2] == (prompts, device):
+        ids = [prompt_id(p) for p in prompts]  # rows may share a text, not their images
+        if self._last is not None and self._last[:2] == (ids, device):
             return cast(Any, self._last[2])
-        distinct = list(dict.fromkeys(prompts))
+        first = {i: p for i, p in zip(ids, prompts, strict=True)}  # distinct, in order
+        distinct = list(first.values())
         images = [[_open_image(i) for i in self._images(p)] for p in distinct]
         tokenizer = self.tokenizer
         tokenizer.padding_side = "left"
@@ -153,14 +161,15 @@ class VLMPolicy(TransformersPolicy):
             return_tensors="pt",
             padding=True,
         )
-        packed = _pack(out, [len(i) for i in images])
-        index = torch.tensor([distinct.index(p) for p in prompts])
+        packed = _pack(out, [len(i) for i in images], distinct)
+        row = {i: r for r, i in enumerate(first)}
+        index = torch.tensor([row[i] for i in ids])
         result = (
             out["input_ids"][index].to(device),
             out["attention_mask"][index].to(device),
             {k: v[index].to(device) for k, v in packed.items()},
         )
-        self._last = (list(prompts), device, result)
+        self._last = (ids, device, result)
         return result
 
     # -- the model call -----------------------------------------------------------------------------
@@ -216,7 +225,7 @@ class VLMPolicy(TransformersPolicy):
 
         def next_logits(ids, positions, attention, cache):
             if cache is None:  # the prompt: pixels and the model's own positions
-                kwargs = first
+                kwargs = {**first, **({"logits_to_keep": 1} if self._logits_to_keep else {})}
             elif deltas is not None:  # later tokens continue the text stream past the images
                 kwargs = {"position_ids": (positions + deltas).unsqueeze(0).expand(3, -1, -1)}
             else:
@@ -259,6 +268,8 @@ class VLMPolicy(TransformersPolicy):
         pixels and the positions sampling used."""
         kwargs = self._model_kwargs(input_ids, attention_mask, model_inputs, length)
         kwargs.pop("rope_deltas_", None)
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = length + 1
         logits = self._active_module()(
             input_ids=input_ids, attention_mask=attention_mask, **kwargs
         ).logits
@@ -346,8 +357,9 @@ def _open_image(image: Any) -> Any:
     return image.convert("RGB")
 
 
-def _pack(out: Any, counts: list[int]) -> dict[str, torch.Tensor]:
-    """The processor's pixel outputs for ``U`` prompts as batch-first tensors ``[U, ...]``."""
+def _pack(out: Any, counts: list[int], prompts: list[str]) -> dict[str, torch.Tensor]:
+    """The processor's pixel outputs for ``U`` prompts (with ``counts`` images each) as
+    batch-first tensors ``[U, ...]``."""
     rows = len(out["input_ids"])
     if "image_grid_thw" in out:  # Qwen: every image's patches flattened into one tensor
         grids = out["image_grid_thw"].split(counts)
@@ -356,6 +368,14 @@ def _pack(out: Any, counts: list[int]) -> dict[str, torch.Tensor]:
             "pixel_values": _stack_padded(list(patches)),
             "image_grid_thw": _stack_padded(list(grids)),
         }
+    if any(counts) and len(set(counts)) > 1:
+        # One pixel row per prompt cannot say which images belong to which prompt.
+        few, many = counts.index(min(counts)), counts.index(max(counts))
+        raise ValueError(
+            "this VLM's processor returns one pixel row per prompt, so every prompt of a batch "
+            f"must carry as many images: {prompts[few][:40]!r} has {counts[few]}, "
+            f"{prompts[many][:40]!r} has {counts[many]}"
+        )
     packed = {}
     for key, value in out.items():
         if key in TOKEN_ALIGNED or not isinstance(value, torch.Tensor):

@@ -61,3 +61,18 @@ def test_pictures_reach_tensorboard(tmp_path: Path) -> None:
     (image,) = events.Images("samples/after")
     assert image.step == 7
     assert image.encoded_image_string == (tmp_path / "s.gif").read_bytes()
+
+
+def test_a_still_before_video_keeps_every_frame_of_after(tmp_path: Path) -> None:
+    """A still clip's GIF is one long frame (identical frames are merged); before | after is
+    paired by time, so the moving "after" keeps all its frames."""
+    still = torch.zeros(6, 4, 1, 8, 8)
+    still[:, :, 0, 4, 4] = 1.0
+    save_video_samples(still, PROMPTS, tmp_path / "b.gif", tmp_path / "b.png", num_prompts=2)
+    save_video_samples(moving_dot(), PROMPTS, tmp_path / "a.gif", tmp_path / "a.png", num_prompts=2)
+    with Image.open(tmp_path / "b.gif") as before:
+        assert before.n_frames == 1  # merged by the GIF writer
+    both = tmp_path / "both.gif"
+    save_side_by_side(tmp_path / "b.gif", tmp_path / "a.gif", both, ("before", "after"))
+    with Image.open(both) as animation:
+        assert animation.n_frames == 4

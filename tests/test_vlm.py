@@ -264,3 +264,89 @@ def test_a_llava_with_batch_first_pixels_scores_like_its_direct_forward(
         scores = torch.log_softmax(logits[-len(tokens) - 1 : -1], dim=-1)
         expected = scores.gather(1, tokens[:, None])[:, 0]
         torch.testing.assert_close(ours[row][out.mask[row]], expected, rtol=0, atol=2e-5)
+
+
+def test_rows_that_share_a_text_keep_their_own_images_and_checkpoints_load(
+    qwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two dataset rows with one text ("What colour is it?") and different images: each keeps
+    its image, per-prompt state is keyed by row, and a checkpoint holding MSSR's per-prompt
+    baselines loads back (they are plain strings, not Prompt objects)."""
+    rows = []
+    for i, (colour, answer) in enumerate([((220, 20, 20), "red"), ((20, 220, 20), "green")]):
+        picture(colour, (32, 32) if i == 0 else (16, 24)).save(tmp_path / f"img{i}.png")
+        rows.append({"prompt": "What colour is it?", "images": f"img{i}.png", "answer": answer})
+    data = tmp_path / "same.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts = load_prompts(str(data)).train
+    assert prompts[0] == prompts[1] and prompts[0].columns != prompts[1].columns
+    policy = build_policy("vlm", pretrained=str(qwen))
+    grids = policy.model_inputs(prompts)["image_grid_thw"][:, 0]
+    assert grids.tolist() == [[1, 8, 8], [1, 6, 4]]  # each row's own image
+
+    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
+    config = vlm_config(tmp_path, qwen)
+    config.apply_overrides(
+        [f"prompts.dataset={data}", "algorithm.advantage=mssr", "train.group_size=1"]
+    )
+    trainer = Trainer(config)
+    trainer.train_iteration()
+    trainer.iteration = 1
+    counts = trainer.objective.state_dict()["mssr_tracker"]["counts"]
+    assert set(counts) == {"What colour is it? #0", "What colour is it? #1"}
+    assert all(type(key) is str for key in counts)
+    path = trainer.save_checkpoint()
+    resumed = Trainer(config, run_dir=tmp_path / "again")
+    resumed.load_checkpoint(path)
+    assert resumed.objective.state_dict()["mssr_tracker"]["counts"] == counts
+
+
+def test_rounds_with_and_without_images_concatenate(qwen: Path) -> None:
+    from genrl.rollout import TokenRollout
+
+    policy = build_policy("vlm", pretrained=str(qwen))
+    text_only = [Prompt("No picture here.")]
+    batches = []
+    for prompts in ([PROMPTS[0]], text_only, [PROMPTS[2]]):
+        ids, mask = policy.encode_prompts(prompts)
+        batches.append(
+            TokenRollout(
+                prompts=list(prompts), completions=[""], group_ids=torch.zeros(1).long(),
+                input_ids=ids, attention_mask=mask, completion_mask=torch.ones(1, 0).bool(),
+                old_log_probs=torch.zeros(1, 0), ref_log_probs=torch.zeros(1, 0),
+                finished=torch.ones(1).bool(), model_inputs=policy.model_inputs(prompts),
+            )
+        )  # fmt: skip
+    assert batches[1].model_inputs == {}
+    joined = TokenRollout.concatenate(batches)
+    grid = joined.model_inputs["image_grid_thw"]
+    assert grid.shape == (3, 2, 3) and int(grid[1].abs().sum()) == 0  # the text row: padding
+    # Each row scores as it did in its own batch.
+    completion = torch.tensor([[20, 21]] * 3)
+    full = torch.cat([joined.input_ids, completion], 1)
+    attention = torch.cat([joined.attention_mask, torch.ones_like(completion)], 1)
+    together = policy.token_log_probs(full, attention, completion, 1.0, joined.model_inputs)
+    for row, batch in enumerate(batches):
+        alone_ids = torch.cat([batch.input_ids, completion[:1]], 1)
+        alone_mask = torch.cat([batch.attention_mask, torch.ones(1, 2).long()], 1)
+        alone = policy.token_log_probs(
+            alone_ids, alone_mask, completion[:1], 1.0, batch.model_inputs
+        )
+        torch.testing.assert_close(together[row], alone[0], rtol=0, atol=2e-5)
+
+
+def test_a_llava_batch_with_uneven_image_counts_is_refused(tmp_path: Path) -> None:
+    from vision_tiny import build_llava
+
+    policy = build_policy("vlm", pretrained=str(build_llava(tmp_path / "llava")))
+    prompts = [
+        Prompt(
+            "Does this image contain artifacts?", {"images": [picture((1, 2, 3), (32, 32))] * 2}
+        ),
+        Prompt("Answer Yes or No", {}),
+    ]
+    expected = (
+        r"as many images: 'Answer Yes or No' has 0, 'Does this image contain artifacts\?' has 2"
+    )
+    with pytest.raises(ValueError, match=expected):
+        policy.encode_prompts(prompts)
