@@ -21,6 +21,7 @@ REWARDS: dict[str, Any] = {
     "countdown": "reward_models.text:CountdownReward",
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",
+    "shapes_vqa": "reward_models.text:ShapesVQAReward",
     "remote": "reward_models.remote:RemoteReward",
     "dino_similarity": "reward_models.dino:DinoSimilarityReward",
     "dino_adversarial": "reward_models.dino:DinoAdversarialReward",
