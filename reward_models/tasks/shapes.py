@@ -6,7 +6,10 @@ strings, so RL needs no reward model.
 
 Pictures: ``IMAGE_SIZE`` x ``IMAGE_SIZE`` pixels on a white background, split into a
 ``GRID`` x ``GRID`` grid of cells; 1 to ``MAX_SHAPES`` shapes (``SHAPES``) in distinct cells,
-each in one of ``COLOURS``, drawn with PIL (a one-pixel jitter inside its cell).
+each in one of ``COLOURS``, drawn with PIL (a one-pixel jitter inside its cell). The 2 x 2 grid
+of 16-pixel cells lines up with the embedded Qwen2-VL's vision tokens (4-pixel patches merged
+2 x 2); with a 3 x 3 grid of 10-pixel cells its pretraining stayed at the answer priors (about
+0.35 accuracy) for 600 steps.
 
 Questions (``KINDS``), each with a one-word answer:
 
@@ -37,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 IMAGE_SIZE = 32
-GRID = 3
-MAX_SHAPES = 5
+GRID = 2
+MAX_SHAPES = 4
 BACKGROUND = (255, 255, 255)
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
