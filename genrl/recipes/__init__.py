@@ -12,6 +12,7 @@ from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
+from genrl.recipes.vlm import VLM_RECIPES
 from genrl.recipes.wan import WAN_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
@@ -23,6 +24,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
+    **VLM_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
