@@ -125,6 +125,18 @@ def _geometry3k() -> PromptSource:
     return PromptSource(train=read_prompt_records(train), eval=read_prompt_records(test))
 
 
+def _shapes_vqa() -> PromptSource:
+    """Shapes VQA problems (``reward_models.tasks.shapes``): 1,000 training prompts and the 200
+    held-out problems the embedded VLM's manifest reports (``make_problems(200, 0,
+    "heldout")``); each prompt carries its picture (``images``) and ``answer``."""
+    from reward_models.tasks.shapes import make_problems
+
+    return PromptSource(
+        train=[p.prompt(i) for i, p in enumerate(make_problems(1000, 0, "train"))],
+        eval=[p.prompt(i) for i, p in enumerate(make_problems(200, 0, "heldout"))],
+    )
+
+
 # Registered prompt sets; a path to a text file works as well (one prompt per line).
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
@@ -135,6 +147,7 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "countdown_chat": _countdown_chat,
     "sudoku": _sudoku,
     "geometry3k": _geometry3k,
+    "shapes_vqa": _shapes_vqa,
 }
 
 

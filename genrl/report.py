@@ -20,6 +20,7 @@ from genrl.plots import (
     save_video_samples,
 )
 from genrl.prompts import prompt_id
+from pipelines.base import prompt_columns
 
 
 class RunReport:
@@ -112,12 +113,44 @@ class RunReport:
 
 
 def save_text_samples(result: EvalResult, path: Path, name: str, limit: int = 50) -> None:
-    """The first ``limit`` held-out texts with their prompts, as a Markdown table."""
+    """The first ``limit`` held-out texts with their prompts, as a Markdown table. When the
+    shown prompts carry images (a VLM's ``images`` column), each prompt's images are saved as
+    PNGs under ``<run>/samples_images/`` and shown in a first ``image`` column."""
+    rows = list(zip(result.prompts, result.outputs, strict=True))[:limit]
+    with_images = any(prompt_columns(prompt).get("images") for prompt, _ in rows)
     lines = [f"| prompt | output | mean {name} of the prompt |", "|---|---|---|"]
-    for prompt, text in list(zip(result.prompts, result.outputs, strict=True))[:limit]:
+    if with_images:
+        lines = [f"| image {lines[0]}", f"|---{lines[1]}"]
+    saved: dict[str, str] = {}
+    for prompt, text in rows:
         cells = [c.replace("|", "\\|").replace("\n", " ") for c in (prompt, text)]
-        lines.append(f"| {cells[0]} | {cells[1]} | {result.per_prompt[prompt_id(prompt)]:.3f} |")
+        line = f"| {cells[0]} | {cells[1]} | {result.per_prompt[prompt_id(prompt)]:.3f} |"
+        if with_images:
+            if prompt_id(prompt) not in saved:
+                saved[prompt_id(prompt)] = _save_prompt_images(prompt, path, len(saved))
+            line = f"| {saved[prompt_id(prompt)]} {line}"
+        lines.append(line)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _save_prompt_images(prompt: str, table: Path, index: int) -> str:
+    """Save a prompt's images (PIL images or paths) as ``samples_images/<table stem>_<index>_<k>
+    .png`` next to ``table``; the Markdown that shows them (empty when it has none)."""
+    from PIL import Image
+
+    images = prompt_columns(prompt).get("images") or []
+    images = list(images) if isinstance(images, list | tuple) else [images]
+    folder = table.parent / "samples_images"
+    links = []
+    for k, image in enumerate(images):
+        if isinstance(image, str | Path):
+            with Image.open(image) as opened:
+                image = opened.convert("RGB")
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{table.stem}_{index}_{k}.png"
+        image.save(folder / name)
+        links.append(f"![image {k}](samples_images/{name})")
+    return " ".join(links)
 
 
 def before_after_table(before: dict[str, float], after: dict[str, float], name: str) -> str:

@@ -22,6 +22,7 @@ POLICIES: dict[str, Any] = {
     "masked_lm": "pipelines.masked_lm:MaskedLMPolicy",
     "sudoku_dllm": "pipelines.masked_lm:sudoku_dllm",
     "vlm": "pipelines.vlm:VLMPolicy",  # vision-language models (prompts carry images)
+    "shapes_vlm": "pipelines.vlm:shapes_vlm",
 }
 
 

@@ -319,6 +319,19 @@ class VLMPolicy(TransformersPolicy):
         return directory
 
 
+EMBEDDED_SHAPES_VLM = Path(__file__).resolve().parents[1] / "genrl" / "assets" / "shapes_vlm"
+
+
+def shapes_vlm(pretrained: str | None = None, **kwargs: Any) -> VLMPolicy:
+    """The embedded tiny Qwen2-VL for the shapes VQA task (``scripts/build_vqa_vlm.py``), or
+    another checkpoint given as ``pretrained``."""
+    return VLMPolicy(pretrained or str(EMBEDDED_SHAPES_VLM), **kwargs)
+
+
+# It takes what VLMPolicy takes (genrl checks a config's keywords against this signature).
+setattr(shapes_vlm, "__signature__", inspect.signature(VLMPolicy))  # noqa: B010
+
+
 def _is_vision(name: str) -> bool:
     return any(part in name.split(".") for part in VISION_PARTS)
 

@@ -23,6 +23,7 @@ REWARDS: dict[str, Any] = {
     "overlong_penalty": "reward_models.text:OverlongPenalty",
     "sudoku": "reward_models.text:SudokuReward",
     "math_boxed": "reward_models.math_answer:MathBoxedReward",
+    "shapes_vqa": "reward_models.text:ShapesVQAReward",
     "remote": "reward_models.remote:RemoteReward",
     "dino_similarity": "reward_models.dino:DinoSimilarityReward",
     "dino_adversarial": "reward_models.dino:DinoAdversarialReward",

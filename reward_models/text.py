@@ -98,3 +98,28 @@ class SudokuReward(RewardModel):
         cells = torch.tensor(sudoku_reward(prompts, outputs), dtype=torch.float32)
         solved = (cells == 1.0).float()
         return RewardOutput({self.name: cells + self.solved_bonus * solved, "solved": solved})
+
+
+class ShapesVQAReward(RewardModel):
+    """``shapes_vqa``: 1 when the first word of the completion's first line (lower-cased,
+    without surrounding punctuation) is the prompt's ``answer`` column, 0.1 when it is another
+    answer the task can give (a digit, colour, shape, yes or no), 0 otherwise
+    (``reward_models.tasks.shapes``); also logs ``accuracy`` (0/1)."""
+
+    name = "shapes_vqa"
+    accepts = ("texts",)
+
+    def score(
+        self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
+    ) -> RewardOutput:
+        from reward_models.tasks.shapes import CORRECT_REWARD, shapes_reward
+
+        if isinstance(outputs, torch.Tensor):
+            raise ValueError(f"{self.name}: expected completion texts, got a tensor")
+        if metadata is None or any("answer" not in m for m in metadata):
+            raise ValueError(
+                f"{self.name}: every prompt needs an 'answer' column (prompts.dataset=shapes_vqa)"
+            )
+        del prompts
+        values = torch.tensor(shapes_reward(outputs, [str(m["answer"]) for m in metadata]))
+        return RewardOutput({self.name: values, "accuracy": (values == CORRECT_REWARD).float()})

@@ -14,6 +14,7 @@ from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.video_digits import VIDEO_RECIPES
+from genrl.recipes.vlm import VLM_RECIPES
 from genrl.recipes.wan import WAN_RECIPES
 
 RECIPES: dict[str, Callable[[], TrainConfig]] = {
@@ -27,6 +28,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **DLLM_RECIPES,
     **QWEN_VL_RECIPES,
     **VIDEO_RECIPES,
+    **VLM_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
 
