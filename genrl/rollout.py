@@ -427,8 +427,6 @@ class MaskedSamples(Batch):
         advantages: ``[N]``.
         excluded: ``[N]`` bool, samples left out of training although their rewards count
             (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
-        model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->
-            ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
     """
 
     prompts: list[str]

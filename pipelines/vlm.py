@@ -12,9 +12,10 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors (LLaVA; SmolVLM / Idefics3 and Gemma 3 by their documented layouts, not
-  tested here) already return batch-first pixels; a processor output that is not one row per
-  prompt is refused with an error naming it.
+* other processors (LLaVA; SmolVLM / Idefics3 by its documented layout, not tested here)
+  already return batch-first pixels; a processor output that is not one row per prompt is
+  refused with an error naming it. Gemma 3 is not supported yet: its forward takes
+  ``token_type_ids`` marking image tokens, which are not rebuilt here.
 
 Qwen-family models place tokens with multimodal RoPE (three position streams, vision tokens on
 a grid); their position ids come from the model's own ``get_rope_index`` in sampling and in
@@ -299,18 +300,30 @@ class VLMPolicy(TransformersPolicy):
 
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         if target_modules:  # the names the user gave, kept off the vision side by default
+            given = target_modules
             target_modules = [
                 name
                 for name, module in self.network.named_modules()
                 if isinstance(module, nn.Linear)
-                and any(name == t or name.endswith("." + t) for t in target_modules)
+                and any(name == t or name.endswith("." + t) for t in given)
                 and (self.train_vision or not _is_vision(name))
             ]
-        super().setup_training(rank, alpha, target_modules)
-        if rank == 0 and not self.train_vision:  # full fine-tuning of the language side only
+            if not target_modules:
+                raise ValueError(
+                    f"policy.lora_target_modules {given} match no linear layer of the language "
+                    "model (set policy.kwargs.train_vision=true to train the vision tower)"
+                )
+        storage = self.model_dtype
+        if rank == 0 and not self.train_vision:
+            # Full fine-tuning of the language side only; the vision side stays frozen and in
+            # its storage dtype (the base class makes trained weights float32).
+            super().setup_training(rank, alpha, target_modules)
             for name, parameter in self.network.named_parameters():
                 if _is_vision(name):
                     parameter.requires_grad_(False)
+                    parameter.data = parameter.data.to(storage)
+            return
+        super().setup_training(rank, alpha, target_modules)
 
     def export(self, directory: str | Path) -> Path:
         """A peft adapter or ``save_pretrained`` weights, with the processor."""

@@ -176,11 +176,23 @@ def _error_message(err: urllib.error.HTTPError) -> str:
 
 
 def _jsonable(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Metadata rows with tensors turned into numbers (e.g. ``completion_length``)."""
-    return [
-        {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in row.items()}
-        for row in metadata
-    ]
+    """Metadata rows with tensors turned into numbers (e.g. ``completion_length``). Columns
+    holding objects JSON cannot carry (a prompt's in-memory PIL images) stay home: the wire
+    sends data, the server gets the outputs themselves."""
+    import json
+
+    rows = []
+    for row in metadata:
+        kept = {}
+        for key, value in row.items():
+            value = value.tolist() if isinstance(value, torch.Tensor) else value
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                continue
+            kept[key] = value
+        rows.append(kept)
+    return rows
 
 
 __all__ = ["RemoteReward", "post_json"]

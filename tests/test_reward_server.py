@@ -377,3 +377,24 @@ def test_videos_travel_frame_by_frame_and_merge_by_shape() -> None:
 def test_an_image_reward_given_videos_names_the_frame_wrapper() -> None:
     with pytest.raises(ValueError, match=r"scores images, got videos.*FrameReward"):
         TargetColorReward()(torch.rand(2, 3, 3, 8, 8), ["a", "b"])
+
+
+def test_columns_json_cannot_carry_stay_home() -> None:
+    """A prompt's in-memory images (dataset columns) are not sent to a reward server; the JSON
+    columns are."""
+    from PIL import Image
+
+    seen: list[dict] = []
+
+    def record(prompts, completions, **columns):
+        seen.append(columns)
+        return [1.0] * len(prompts)
+
+    server = RewardServer(CallableReward(record, name="record"), port=0).start()
+    try:
+        remote = RemoteReward(server.address, name="record", retries=0)
+        metadata = [{"answer": "3", "images": [Image.new("RGB", (4, 4))]}]
+        assert remote(["a"], ["p"], metadata).scores["record"].tolist() == [1.0]
+    finally:
+        server.shutdown()
+    assert seen == [{"answer": ["3"]}]

@@ -128,8 +128,8 @@ def test_embedded_policy_answers_in_the_task_format() -> None:
     assert sum(r > 0 for r in rewards) >= 14, texts  # the answer format has been learnt
 
 
-def small_recipe(tmp_path: Path) -> Trainer:
-    config = get_recipe("vlm_shapes_grpo")
+def small_recipe(tmp_path: Path, recipe: str = "vlm_shapes_grpo") -> Trainer:
+    config = get_recipe(recipe)
     config.output_dir = str(tmp_path / "run")
     config.train = TrainLoopConfig(
         iterations=2, prompts_per_iteration=4, group_size=4, minibatch_size=8
@@ -149,6 +149,20 @@ def test_two_grpo_steps_change_the_embedded_model(tmp_path: Path) -> None:
     after = dict(network.named_parameters())
     changed = [n for n, p in before.items() if not torch.equal(p, after[n])]
     assert len(changed) >= 0.5 * len(before)
+
+
+def test_the_rubric_recipe_logs_every_criterion(tmp_path: Path) -> None:
+    """``vlm_shapes_rubric``: the rubric reads each prompt's answer column; every criterion's
+    training mean is logged (and drawn in ``score_curves.png`` at the end of a run)."""
+    trainer = small_recipe(tmp_path, "vlm_shapes_rubric")
+    metrics = trainer.train_iteration()
+    for name in ("criterion/answer", "criterion/one_word", "gate_pass", "essential"):
+        assert f"rubric/{name}/mean" in metrics
+    assert 0.0 <= metrics["rubric/criterion/one_word/mean"] <= 1.0
+    # The answer is the only essential criterion: it passes exactly where the gate does.
+    assert metrics["rubric/criterion/answer/mean"] == pytest.approx(
+        metrics["rubric/gate_pass/mean"]
+    )
 
 
 def test_report_shows_the_pictures(tmp_path: Path) -> None:

@@ -350,3 +350,19 @@ def test_a_llava_batch_with_uneven_image_counts_is_refused(tmp_path: Path) -> No
     )
     with pytest.raises(ValueError, match=expected):
         policy.encode_prompts(prompts)
+
+
+def test_lora_targets_that_name_only_the_vision_tower_are_refused(qwen: Path) -> None:
+    policy = build_policy("vlm", pretrained=str(qwen))
+    with pytest.raises(ValueError, match=r"match no linear layer of the language model"):
+        policy.setup_training(4, 8, ["qkv"])  # Qwen2-VL's vision attention only
+
+
+def test_full_fine_tuning_keeps_the_frozen_vision_tower_in_its_dtype(qwen: Path) -> None:
+    policy = build_policy("vlm", pretrained=str(qwen), dtype="bfloat16")
+    policy.setup_training(0, 0.0, None)
+    params = dict(policy.network.named_parameters())
+    vision = [p for n, p in params.items() if "visual" in n]
+    language = [p for n, p in params.items() if "visual" not in n]
+    assert vision and all(not p.requires_grad and p.dtype == torch.bfloat16 for p in vision)
+    assert all(p.requires_grad and p.dtype == torch.float32 for p in language)

@@ -58,4 +58,37 @@ def vlm_shapes_grpo() -> TrainConfig:
     )
 
 
-VLM_RECIPES = {"vlm_shapes_grpo": vlm_shapes_grpo}
+# The rubric of ``vlm_shapes_rubric``: the answer gates (essential), the form is graded under it.
+SHAPES_RUBRIC = [
+    {
+        "id": "answer",
+        "text": "The answer is correct",
+        "weight": 3,
+        "category": "essential",
+        "route": "verifier",
+        "verifier": "exact",
+    },
+    {
+        "id": "one_word",
+        "text": "The answer is a single word",
+        "weight": 1,
+        "category": "important",
+        "route": "verifier",
+        "verifier": "word_count",
+        "verifier_kwargs": {"min_words": 1, "max_words": 1},
+    },
+]
+
+
+def vlm_shapes_rubric() -> TrainConfig:
+    """``vlm_shapes_grpo`` rewarded by a rubric instead of the task's reward
+    (``reward_models/rubric.py``): the correct answer is essential and gates the rest, a
+    one-word answer is important; every criterion's score is logged and drawn in
+    ``score_curves.png``. The answer comes from each prompt's ``answer`` column."""
+    config = vlm_shapes_grpo()
+    config.recipe = "vlm_shapes_rubric"
+    config.reward = [RewardSpec(name="rubric", kwargs={"rubric": SHAPES_RUBRIC})]
+    return config
+
+
+VLM_RECIPES = {"vlm_shapes_grpo": vlm_shapes_grpo, "vlm_shapes_rubric": vlm_shapes_rubric}
