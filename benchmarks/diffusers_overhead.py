@@ -46,6 +46,7 @@ from flow_pipes import (
     build_trained_policy,
     make_prompts,
     ours_rollout,
+    print_rollout_table,
     profile_phases,
     quiet_libraries,
 )
@@ -385,30 +386,7 @@ def print_report(
         f"{args.dtype} on {args.device}, LoRA r{args.lora_rank}"
     )
     print(f"(a) Rollout, median of {args.repeats} interleaved repeats:")
-    header = f"{'method':<32}  {'median ms':>10}  {'IQR ms':>8}  {'samples/s':>9}"
-    print(header)
-    print("-" * len(header))
-    labels = {
-        "pipe": "pipe(..., output_type='latent')",
-        "ours": "FlowSDERollout.collect (log-probs)",
-    }
-    for name in ("pipe", "ours"):
-        values = times[name]
-        q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-        print(
-            f"{labels[name]:<32}  {median[name] * 1e3:>10.2f}  {(q[2] - q[0]) * 1e3:>8.2f}  "
-            f"{args.batch / median[name]:>9.2f}"
-        )
-    verdict = "met" if meets else "NOT met"
-    print(
-        f"ours/pipe time ratio {ratio:.3f} (paired median {paired:.3f}); target <= "
-        f"{TARGET_RATIO}: {verdict}"
-    )
-    if profile is not None:
-        print("Per-phase ms per rollout (exclusive; the timers add a little to the totals):")
-        for side, phases in profile.items():
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
-            print(f"  {side}: {parts}")
+    print_rollout_table(times, median, args.batch, "samples", ratio, paired, TARGET_RATIO, profile)
     print(f"(b) Training step ({args.minibatch} transitions, CFG, backward, AdamW):")
     header = f"{'gradient checkpointing':<24}  {'median s':>9}  {'peak GiB':>8}  {'grad norm':>10}"
     print(header)

@@ -190,3 +190,43 @@ def timed_total(run: Run, repeats: int) -> float:
     for r in range(repeats):
         run(10_000 + r)
     return (time.perf_counter() - start) / repeats
+
+
+def print_rollout_table(
+    times: dict[str, list[float]],
+    median: dict[str, float],
+    batch: int,
+    unit: str,
+    ratio: float,
+    paired: float,
+    target: float,
+    profile: dict[str, dict[str, float]] | None,
+) -> None:
+    """Part (a) of both overhead reports: each method's median and IQR, throughput in
+    ``unit`` per second, the ratio against the target, and the per-phase profile if any."""
+    import statistics
+
+    header = f"{'method':<34}  {'median ms':>10}  {'IQR ms':>8}  {unit + '/s':>9}"
+    print(header)
+    print("-" * len(header))
+    labels = {
+        "pipe": "pipe(..., output_type='latent')",
+        "ours": "FlowSDERollout.collect (log-probs)",
+    }
+    for name in ("pipe", "ours"):
+        values = times[name]
+        q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+        print(
+            f"{labels[name]:<34}  {median[name] * 1e3:>10.2f}  {(q[2] - q[0]) * 1e3:>8.2f}  "
+            f"{batch / median[name]:>9.2f}"
+        )
+    verdict = "met" if ratio <= target else "NOT met"
+    print(
+        f"ours/pipe time ratio {ratio:.3f} (paired median {paired:.3f}); target <= "
+        f"{target}: {verdict}"
+    )
+    if profile is not None:
+        print("Per-phase ms per rollout (exclusive; the timers add a little to the totals):")
+        for side, phases in profile.items():
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+            print(f"  {side}: {parts}")

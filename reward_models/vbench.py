@@ -144,7 +144,10 @@ class FeatureConsistency(RewardModel):
     def frame_features(self, frames: torch.Tensor) -> torch.Tensor:
         """``[N, C, H, W]`` in ``[0, 1]`` -> ``[N, D]``."""
         if self._features is None:
-            raise NotImplementedError(f"{self.name}: no feature extractor")
+            raise ValueError(
+                f"{self.name}: give features=fn ([N, C, H, W] frames -> [N, D]) or use "
+                "subject_consistency / background_consistency"
+            )
         return self._features(frames)
 
     @torch.no_grad()
