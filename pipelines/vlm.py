@@ -12,10 +12,14 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors (LLaVA; SmolVLM / Idefics3 by its documented layout, not tested here)
+* other processors (LLaVA, Gemma 3 with one image per prompt; SmolVLM / Idefics3 by its
+  documented layout, not tested here)
   already return batch-first pixels; a processor output that is not one row per prompt is
-  refused with an error naming it. Gemma 3 is not supported yet: its forward takes
-  ``token_type_ids`` marking image tokens, which are not rebuilt here.
+  refused with an error naming it.
+
+Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples):
+``mm_token_type_ids`` for models whose forward takes them (Qwen), and ``token_type_ids``
+marking image tokens for Gemma 3, whose image tokens attend to each other bidirectionally.
 
 Qwen-family models place tokens with multimodal RoPE (three position streams, vision tokens on
 a grid); their position ids come from the model's own ``get_rope_index`` in sampling and in
@@ -102,6 +106,8 @@ class VLMPolicy(TransformersPolicy):
         parameters = inspect.signature(self.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._token_types = "mm_token_type_ids" in parameters
+        # Gemma 3: ``token_type_ids`` mark image tokens, which attend bidirectionally.
+        self._image_types = "token_type_ids" in parameters
         # Only the positions that score the completion need logits (not the vision tokens').
         self._logits_to_keep = "logits_to_keep" in parameters
         # A completion is text: the model never samples (and is never scored on) the vision
@@ -194,6 +200,11 @@ class VLMPolicy(TransformersPolicy):
             if completion_length:
                 types[:, -completion_length:] = 0
             kwargs["mm_token_type_ids"] = types
+        if self._image_types:
+            types = (input_ids == config.image_token_id).long()
+            if completion_length:
+                types[:, -completion_length:] = 0
+            kwargs["token_type_ids"] = types
         if self._rope_index is not None:
             positions, deltas = self._rope_index(
                 input_ids,

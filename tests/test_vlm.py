@@ -366,3 +366,89 @@ def test_full_fine_tuning_keeps_the_frozen_vision_tower_in_its_dtype(qwen: Path)
     language = [p for n, p in params.items() if "visual" not in n]
     assert vision and all(not p.requires_grad and p.dtype == torch.bfloat16 for p in vision)
     assert all(p.requires_grad and p.dtype == torch.float32 for p in language)
+
+
+def sample_and_check_against_direct_forwards(
+    directory: Path, prompts: list[Prompt], expected_inputs: set[str]
+) -> None:
+    """Sampling log-probs equal the scoring forward's, and each row's equal a direct unpadded
+    forward of the stock model on its processor's inputs for that prompt alone (token types
+    marking the completion as text, the vision placeholders' logits at -inf)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    policy = build_policy("vlm", pretrained=str(directory))
+    ids, mask = policy.encode_prompts(prompts)
+    assert not mask.all()  # left padding is exercised
+    extras = policy.model_inputs(prompts)
+    assert set(extras) == expected_inputs and all(len(v) == len(prompts) for v in extras.values())
+    out = policy.generate(ids, mask, TokenSampler(1.0), 5, torch.Generator().manual_seed(0), extras)
+    full = torch.cat([ids, out.tokens], dim=1)
+    attention = torch.cat([mask, out.mask.long()], dim=1)
+    ours = policy.token_log_probs(full, attention, out.tokens, 1.0, extras)
+    torch.testing.assert_close(ours[out.mask], out.log_probs[out.mask], rtol=0, atol=2e-5)
+    processor = AutoProcessor.from_pretrained(str(directory))
+    model = AutoModelForImageTextToText.from_pretrained(str(directory)).eval()
+    for row, prompt in enumerate(prompts):
+        text = policy.format_prompts([prompt])[0]
+        inputs = processor(text=[text], images=[prompt.columns["images"]], return_tensors="pt")
+        tokens = out.tokens[row][out.mask[row]]
+        kwargs = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+        for key in ("token_type_ids", "mm_token_type_ids"):
+            if key in kwargs:  # the completion is text
+                kwargs[key] = torch.cat([kwargs[key], torch.zeros(1, len(tokens)).long()], 1)
+        direct_ids = torch.cat([inputs["input_ids"][0], tokens])[None]
+        logits = model(input_ids=direct_ids, **kwargs).logits[0]
+        logits[:, model.config.image_token_id] = float("-inf")  # never sampled nor scored
+        scores = torch.log_softmax(logits[-len(tokens) - 1 : -1], dim=-1)
+        expected = scores.gather(1, tokens[:, None])[:, 0]
+        torch.testing.assert_close(ours[row][out.mask[row]], expected, rtol=0, atol=2e-5)
+
+
+def test_gemma3_image_tokens_attend_both_ways_in_sampling_and_scoring(tmp_path: Path) -> None:
+    """Gemma 3's forward takes ``token_type_ids`` marking image tokens (bidirectional
+    attention among them); the adapter rebuilds them from the ids."""
+    from vision_tiny import build_gemma3
+
+    gemma = build_gemma3(tmp_path / "gemma3")
+    prompts = [
+        Prompt("What colour is this picture?", {"images": [picture((200, 0, 0), (40, 40))]}),
+        Prompt("Count.", {"images": [picture((0, 0, 200), (32, 48))]}),
+        Prompt("Same text, another image?", {"images": [picture((0, 90, 9), (20, 20))]}),
+    ]
+    sample_and_check_against_direct_forwards(gemma, prompts, {"pixel_values"})
+    # The types mark the prompt's image tokens only: an image id sampled in a completion is text.
+    policy = build_policy("vlm", pretrained=str(gemma))
+    ids, mask = policy.encode_prompts(prompts)
+    extras = policy.model_inputs(prompts)
+    image = policy.base_model.config.image_token_id
+    completion = torch.tensor([[image, 21, 22]] * 3)
+    full = torch.cat([ids, completion], 1)
+    attention = torch.cat([mask, torch.ones_like(completion)], 1)
+    types = policy._model_kwargs(full, attention, extras, 3)["token_type_ids"]
+    assert types[:, -3:].sum() == 0 and types.sum(1).tolist() == [4, 4, 4]
+    assert torch.equal(types[:, :-3].bool(), ids == image)
+    completion[:, 0] = 20  # the forward would take an image id for an image position
+    full = torch.cat([ids, completion], 1)
+    # Without them the image tokens attend causally and the scores differ (slightly, in a tiny
+    # random model).
+    with_types = policy.token_log_probs(full, attention, completion, 1.0, extras)
+    policy._image_types = False
+    causal = policy.token_log_probs(full, attention, completion, 1.0, extras)
+    assert (with_types - causal).abs().max() > 1e-5
+
+
+def test_grpo_steps_a_gemma3_lora_off_its_vision_tower(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vision_tiny import build_gemma3
+
+    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
+    config = vlm_config(tmp_path, build_gemma3(tmp_path / "gemma3"))
+    config.apply_overrides(["train.iterations=1"])
+    trainer = Trainer(config)
+    network = trainer.policy.network
+    lora = {n: p.detach().clone() for n, p in network.named_parameters() if p.requires_grad}
+    assert lora and all("lora" in n and "vision_tower" not in n for n in lora)
+    trainer.train_iteration()
+    after = dict(network.named_parameters())
+    assert any(not torch.equal(p, after[n]) for n, p in lora.items())

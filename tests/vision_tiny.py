@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -226,5 +227,82 @@ def build_qwen2_vl(directory: Path) -> Path:
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(**sizes, temporal_patch_size=2),
         chat_template=template,
+    ).save_pretrained(directory)
+    return directory
+
+
+def _char_tokenizer(specials: list[str], extra: dict[str, str], pad: str, eos: str) -> object:
+    """A character-level fast tokenizer whose vocabulary starts with ``specials``."""
+    import string
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(string.ascii_letters + string.digits + string.punctuation + " \n")
+    vocab = {token: i for i, token in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(specials)  # matched whole, before the characters
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, eos_token=eos, extra_special_tokens=extra
+    )
+
+
+def build_gemma3(directory: Path) -> Path:
+    """A tiny Gemma 3 (2-layer SigLIP 32 px / patch 8, pooled to 4 tokens per image; 2-layer
+    Gemma 3 language model, one sliding and one full attention layer) with a character-level
+    tokenizer that has Gemma 3's special image tokens, its image processor at 32 px and a
+    Gemma-style chat template, saved to ``directory``."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessor,
+        Gemma3Processor,
+    )
+
+    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+    specials += ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+    tokenizer: Any = _char_tokenizer(
+        specials,
+        {
+            "image_token": "<image_soft_token>",
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+        },
+        pad="<pad>",
+        eos="<end_of_turn>",
+    )
+    vocab = tokenizer.get_vocab()
+    template = (
+        "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{% if m['content'] is string %}"
+        "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+        "<start_of_image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
+        "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    )
+    tokenizer.chat_template = template
+    torch.manual_seed(0)
+    text = dict(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
+        max_position_embeddings=512, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=0, eos_token_id=vocab["<end_of_turn>"], bos_token_id=vocab["<bos>"],
+    )  # fmt: skip
+    vision = dict(
+        model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8,
+    )  # fmt: skip
+    config = Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4,
+        boi_token_index=vocab["<start_of_image>"], eoi_token_index=vocab["<end_of_image>"],
+        image_token_index=vocab["<image_soft_token>"],
+    )  # fmt: skip
+    Gemma3ForConditionalGeneration(config).save_pretrained(directory)
+    Gemma3Processor(
+        image_processor=Gemma3ImageProcessor(size={"height": 32, "width": 32}),
+        tokenizer=tokenizer,
+        chat_template=template,
+        image_seq_length=4,
     ).save_pretrained(directory)
     return directory
