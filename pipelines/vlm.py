@@ -12,9 +12,10 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors (LLaVA, Gemma 3 with one image per prompt; SmolVLM / Idefics3 by its
-  documented layout, not tested here)
-  already return batch-first pixels; a processor output that is not one row per prompt is
+* other processors already return batch-first pixels: one image per prompt (LLaVA, Gemma 3)
+  as ``[B, C, H, W]``, or every prompt's images nested as ``[B, images, C, H, W]``, zero-padded
+  to the prompt with the most, with a ``pixel_attention_mask`` (Idefics3, tested with image
+  splitting; SmolVLM shares its layout); a processor output that is not one row per prompt is
   refused with an error naming it.
 
 Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples):
@@ -405,8 +406,11 @@ def _pack(out: Any, counts: list[int], prompts: list[str]) -> dict[str, torch.Te
             "pixel_values": _stack_padded(list(patches)),
             "image_grid_thw": _stack_padded(list(grids)),
         }
-    if any(counts) and len(set(counts)) > 1:
-        # One pixel row per prompt cannot say which images belong to which prompt.
+    pixels = out.get("pixel_values")
+    nested = isinstance(pixels, torch.Tensor) and pixels.ndim == 5 and len(pixels) == rows
+    if any(counts) and len(set(counts)) > 1 and not nested:
+        # One pixel row per image cannot say which images belong to which prompt (processors
+        # that nest images per prompt, ``[B, images, C, H, W]`` as Idefics3's, zero-pad them).
         few, many = counts.index(min(counts)), counts.index(max(counts))
         raise ValueError(
             "this VLM's processor returns one pixel row per prompt, so every prompt of a batch "

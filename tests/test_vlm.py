@@ -437,18 +437,42 @@ def test_gemma3_image_tokens_attend_both_ways_in_sampling_and_scoring(tmp_path: 
     assert (with_types - causal).abs().max() > 1e-5
 
 
-def test_grpo_steps_a_gemma3_lora_off_its_vision_tower(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("family", ["gemma3", "idefics3"])
+def test_grpo_steps_a_lora_off_the_vision_side(
+    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vision_tiny import build_gemma3
+    import vision_tiny
 
     monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
-    config = vlm_config(tmp_path, build_gemma3(tmp_path / "gemma3"))
-    config.apply_overrides(["train.iterations=1"])
-    trainer = Trainer(config)
+    checkpoint = getattr(vision_tiny, f"build_{family}")(tmp_path / family)
+    trainer = Trainer(vlm_config(tmp_path, checkpoint))
     network = trainer.policy.network
     lora = {n: p.detach().clone() for n, p in network.named_parameters() if p.requires_grad}
-    assert lora and all("lora" in n and "vision_tower" not in n for n in lora)
+    vision = ("vision_tower", "multi_modal_projector", "vision_model", "connector")
+    assert lora and all("lora" in n and not any(v in n for v in vision) for n in lora)
     trainer.train_iteration()
     after = dict(network.named_parameters())
     assert any(not torch.equal(p, after[n]) for n, p in lora.items())
+
+
+def test_idefics3_split_images_in_uneven_counts_score_like_direct_forwards(
+    tmp_path: Path,
+) -> None:
+    """Idefics3 (SmolVLM's layout) splits each image into tiles plus a global view: its pixels
+    are ``[B, images, 3, H, W]`` with a ``pixel_attention_mask``, the images dimension
+    zero-padded to the prompt with the most tiles (which the model drops)."""
+    from vision_tiny import build_idefics3
+
+    idefics = build_idefics3(tmp_path / "idefics3")
+    prompts = [
+        Prompt("What colour is this picture?", {"images": [picture((200, 0, 0), (64, 30))]}),
+        Prompt("Two: same?", {"images": [picture((0, 0, 200), (20, 20))] * 2}),
+        Prompt("Count.", {"images": [picture((0, 90, 9), (24, 20))]}),
+    ]
+    sample_and_check_against_direct_forwards(
+        idefics, prompts, {"pixel_values", "pixel_attention_mask"}
+    )
+    policy = build_policy("vlm", pretrained=str(idefics))
+    pixels = policy.model_inputs(prompts)["pixel_values"]
+    real = pixels.flatten(2).abs().sum(-1) > 0
+    assert pixels.shape[:2] == (3, 10) and real.sum(1).tolist() == [3, 10, 5]

@@ -306,3 +306,56 @@ def build_gemma3(directory: Path) -> Path:
         image_seq_length=4,
     ).save_pretrained(directory)
     return directory
+
+
+def build_idefics3(directory: Path) -> Path:
+    """A tiny Idefics3 (SmolVLM's architecture: 2-layer SigLIP-style vision model 32 px / patch 8,
+    pixel-shuffled by 2 to 4 tokens per tile; 2-layer Llama) with a character-level tokenizer
+    that has Idefics3's image tokens, its image processor splitting images into 32 px tiles
+    (longest edge resized to 64 px) and a SmolVLM-style chat template, saved to ``directory``."""
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+    )
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>"]
+    specials += ["<fake_token_around_image>", "<image>", "<global-img>"]
+    specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tokenizer: Any = _char_tokenizer(
+        specials, {"image_token": "<image>"}, pad="<|endoftext|>", eos="<end_of_utterance>"
+    )
+    vocab = tokenizer.get_vocab()
+    template = (
+        "<|im_start|>{% for m in messages %}{{ m['role'] | capitalize }}:"
+        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+        "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}"
+        "{% endif %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:"
+        "{% endif %}"
+    )
+    tokenizer.chat_template = template
+    torch.manual_seed(0)
+    text = dict(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+        pad_token_id=0, eos_token_id=vocab["<end_of_utterance>"], bos_token_id=None,
+    )  # fmt: skip
+    vision = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        image_size=32, patch_size=8,
+    )  # fmt: skip
+    config = Idefics3Config(
+        text_config={"model_type": "llama", **text}, vision_config=vision, scale_factor=2,
+        image_token_id=vocab["<image>"], pad_token_id=0,
+    )  # fmt: skip
+    Idefics3ForConditionalGeneration(config).save_pretrained(directory)
+    Idefics3Processor(
+        image_processor=Idefics3ImageProcessor(
+            size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=template,
+    ).save_pretrained(directory)
+    return directory
