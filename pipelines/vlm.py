@@ -107,8 +107,10 @@ class VLMPolicy(TransformersPolicy):
         parameters = inspect.signature(self.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._token_types = "mm_token_type_ids" in parameters
-        # Gemma 3: ``token_type_ids`` mark image tokens, which attend bidirectionally.
-        self._image_types = "token_type_ids" in parameters
+        # Gemma 3: ``token_type_ids`` mark image tokens, which attend bidirectionally. Only
+        # there: other models' ``token_type_ids`` mean other things (PaliGemma: prefix/suffix).
+        model_type = getattr(self.base_model.config, "model_type", "")
+        self._image_types = "token_type_ids" in parameters and model_type == "gemma3"
         # Only the positions that score the completion need logits (not the vision tokens').
         self._logits_to_keep = "logits_to_keep" in parameters
         # A completion is text: the model never samples (and is never scored on) the vision
