@@ -86,29 +86,6 @@ class CausalLMPolicy(TransformersPolicy):
             max_length=self.max_prompt_length,
         )
 
-    def cut_at_stop_strings(
-        self, tokens: torch.Tensor, mask: torch.Tensor, stop_strings: list[str]
-    ) -> torch.Tensor:
-        """``mask`` with every token after the one that completes a stop string removed."""
-        mask = mask.clone()
-        for row, text in enumerate(self.decode(tokens, mask)):
-            if not any(s in text for s in stop_strings):
-                continue
-            ids = tokens[row][mask[row]].tolist()
-
-            def holds(length: int, ids: list[int] = ids) -> bool:
-                prefix = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
-                return any(s in prefix for s in stop_strings)
-
-            # The shortest prefix whose text holds a stop string ends the completion; a longer
-            # prefix holds it too, so bisect (log T decodes instead of T).
-            low, high = 1, len(ids)
-            while low < high:
-                middle = (low + high) // 2
-                low, high = (low, middle) if holds(middle) else (middle + 1, high)
-            mask[row, low:] = False
-        return mask
-
     # -- sampling and scoring ---------------------------------------------------------------------
     @torch.no_grad()
     def generate(

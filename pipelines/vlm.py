@@ -44,6 +44,7 @@ from torch import nn
 from pipelines.base import prompt_columns, prompt_id
 from pipelines.loading import require_local_or_reachable
 from pipelines.transformers_base import DTYPES, TransformersPolicy, eos_ids
+from pipelines.vlm_inputs import open_image, pack_pixels, unpack_pixels
 from samplers.autoregressive import Generation, TokenSampler, generate
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -51,8 +52,6 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 # Gemma's ``vision_tower`` and ``multi_modal_projector``, Idefics3's ``vision_model`` and
 # ``connector``.
 VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "connector")
-# Processor outputs that are token-aligned (rebuilt from the ids) rather than prompt inputs.
-TOKEN_ALIGNED = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
 class VLMPolicy(TransformersPolicy):
@@ -162,7 +161,7 @@ class VLMPolicy(TransformersPolicy):
             return cast(Any, self._last[2])
         first = {i: p for i, p in zip(ids, prompts, strict=True)}  # distinct, in order
         distinct = list(first.values())
-        images = [[_open_image(i) for i in self._images(p)] for p in distinct]
+        images = [[open_image(i) for i in self._images(p)] for p in distinct]
         tokenizer = self.tokenizer
         tokenizer.padding_side = "left"
         out = self.processor(
@@ -171,7 +170,7 @@ class VLMPolicy(TransformersPolicy):
             return_tensors="pt",
             padding=True,
         )
-        packed = _pack(out, [len(i) for i in images], distinct)
+        packed = pack_pixels(out, [len(i) for i in images], distinct)
         row = {i: r for r, i in enumerate(first)}
         index = torch.tensor([row[i] for i in ids])
         result = (
@@ -193,7 +192,7 @@ class VLMPolicy(TransformersPolicy):
         """Pixels unpacked, token types rebuilt from the prompt's ids (a completion is text,
         whatever ids a policy samples), and position ids (multimodal RoPE from the model's own
         ``get_rope_index``, or real-token counts)."""
-        kwargs = _unpack(model_inputs or {}, self.model_dtype)
+        kwargs = unpack_pixels(model_inputs or {}, self.model_dtype)
         config = self.base_model.config
         if self._token_types:
             types = (input_ids == config.image_token_id).long()
@@ -264,13 +263,6 @@ class VLMPolicy(TransformersPolicy):
             int(self.tokenizer.pad_token_id),
             generator,
         )
-
-    def cut_at_stop_strings(
-        self, tokens: torch.Tensor, mask: torch.Tensor, stop_strings: list[str]
-    ) -> torch.Tensor:
-        from pipelines.causal_lm import CausalLMPolicy
-
-        return CausalLMPolicy.cut_at_stop_strings(cast(Any, self), tokens, mask, stop_strings)
 
     def completion_logits(
         self,
@@ -385,71 +377,3 @@ def _load(pretrained: str | None, dtype: str, trust_remote_code: bool) -> tuple[
         )
         raise ValueError(f"cannot load {pretrained!r} as a VLM: {first_line}{hint}") from err
     return model, processor
-
-
-def _open_image(image: Any) -> Any:
-    """A PIL image in RGB from a path or a PIL image."""
-    from PIL import Image
-
-    if isinstance(image, str | Path):
-        with Image.open(image) as opened:
-            return opened.convert("RGB")
-    return image.convert("RGB")
-
-
-def _pack(out: Any, counts: list[int], prompts: list[str]) -> dict[str, torch.Tensor]:
-    """The processor's pixel outputs for ``U`` prompts (with ``counts`` images each) as
-    batch-first tensors ``[U, ...]``."""
-    rows = len(out["input_ids"])
-    if "image_grid_thw" in out:  # Qwen: every image's patches flattened into one tensor
-        grids = out["image_grid_thw"].split(counts)
-        patches = out["pixel_values"].split([int(g.prod(-1).sum()) for g in grids])
-        return {
-            "pixel_values": _stack_padded(list(patches)),
-            "image_grid_thw": _stack_padded(list(grids)),
-        }
-    pixels = out.get("pixel_values")
-    nested = isinstance(pixels, torch.Tensor) and pixels.ndim == 5 and len(pixels) == rows
-    if any(counts) and len(set(counts)) > 1 and not nested:
-        # One pixel row per image cannot say which images belong to which prompt (processors
-        # that nest images per prompt, ``[B, images, C, H, W]`` as Idefics3's, zero-pad them).
-        few, many = counts.index(min(counts)), counts.index(max(counts))
-        raise ValueError(
-            "this VLM's processor returns one pixel row per prompt, so every prompt of a batch "
-            f"must carry as many images: {prompts[few][:40]!r} has {counts[few]}, "
-            f"{prompts[many][:40]!r} has {counts[many]}"
-        )
-    packed = {}
-    for key, value in out.items():
-        if key in TOKEN_ALIGNED or not isinstance(value, torch.Tensor):
-            continue
-        if value.shape[0] != rows:
-            raise ValueError(
-                f"the processor's {key!r} is not one row per prompt ({tuple(value.shape)} for "
-                f"{rows} prompts); genrl cannot slice it per sample"
-            )
-        packed[key] = value
-    return packed
-
-
-def _stack_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``[U, max_len, ...]`` with zero rows after each tensor's own length."""
-    width = max(t.shape[0] for t in tensors)
-    out = tensors[0].new_zeros(len(tensors), width, *tensors[0].shape[1:])
-    for row, tensor in enumerate(tensors):
-        out[row, : tensor.shape[0]] = tensor
-    return out
-
-
-def _unpack(inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, Any]:
-    """Inverse of ``_pack`` for a batch: the model's own layout."""
-    if "image_grid_thw" in inputs:
-        grids, pixels = [], []
-        for grid, patches in zip(inputs["image_grid_thw"], inputs["pixel_values"], strict=True):
-            grid = grid[grid[:, 0] > 0]  # drop the padding rows
-            grids.append(grid)
-            pixels.append(patches[: int(grid.prod(-1).sum())])
-        if not any(len(g) for g in grids):
-            return {}
-        return {"pixel_values": torch.cat(pixels).to(dtype), "image_grid_thw": torch.cat(grids)}
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
