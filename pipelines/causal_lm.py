@@ -21,13 +21,18 @@ from typing import Any
 
 import torch
 
-from pipelines.transformers_base import TransformersPolicy, eos_ids, load_model_and_tokenizer
+from pipelines.transformers_base import (
+    StopStrings,
+    TransformersPolicy,
+    eos_ids,
+    load_model_and_tokenizer,
+)
 from samplers.autoregressive import Generation, TokenSampler, generate
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class CausalLMPolicy(TransformersPolicy):
+class CausalLMPolicy(TransformersPolicy, StopStrings):
     """A causal language model as a policy.
 
     Args:

@@ -146,29 +146,6 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         ]
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
 
-    def cut_at_stop_strings(
-        self, tokens: torch.Tensor, mask: torch.Tensor, stop_strings: list[str]
-    ) -> torch.Tensor:
-        """``mask`` with every token after the one that completes a stop string removed."""
-        mask = mask.clone()
-        for row, text in enumerate(self.decode(tokens, mask)):
-            if not any(s in text for s in stop_strings):
-                continue
-            ids = tokens[row][mask[row]].tolist()
-
-            def holds(length: int, ids: list[int] = ids) -> bool:
-                prefix = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
-                return any(s in prefix for s in stop_strings)
-
-            # The shortest prefix whose text holds a stop string ends the completion; a longer
-            # prefix holds it too, so bisect (log T decodes instead of T).
-            low, high = 1, len(ids)
-            while low < high:
-                middle = (low + high) // 2
-                low, high = (low, middle) if holds(middle) else (middle + 1, high)
-            mask[row, low:] = False
-        return mask
-
     # -- scoring -----------------------------------------------------------------------------------
     def model_inputs(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         """Text models read nothing besides the token ids."""
@@ -255,3 +232,35 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
         cast(Any, self.network).save_pretrained(str(directory))  # a transformers or peft model
         self.tokenizer.save_pretrained(str(directory))
         return directory
+
+
+class StopStrings:
+    """Cutting completions at stop strings, for the autoregressive adapters (causal LMs and
+    VLMs; a masked-diffusion LM has none, and a policy that had the method would pass as a
+    ``CausalTokenPolicy``). Needs ``decode`` and ``tokenizer`` from ``TransformersPolicy``."""
+
+    tokenizer: Any
+    decode: Callable[[torch.Tensor, torch.Tensor], list[str]]
+
+    def cut_at_stop_strings(
+        self, tokens: torch.Tensor, mask: torch.Tensor, stop_strings: list[str]
+    ) -> torch.Tensor:
+        """``mask`` with every token after the one that completes a stop string removed."""
+        mask = mask.clone()
+        for row, text in enumerate(self.decode(tokens, mask)):
+            if not any(s in text for s in stop_strings):
+                continue
+            ids = tokens[row][mask[row]].tolist()
+
+            def holds(length: int, ids: list[int] = ids) -> bool:
+                prefix = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
+                return any(s in prefix for s in stop_strings)
+
+            # The shortest prefix whose text holds a stop string ends the completion; a longer
+            # prefix holds it too, so bisect (log T decodes instead of T).
+            low, high = 1, len(ids)
+            while low < high:
+                middle = (low + high) // 2
+                low, high = (low, middle) if holds(middle) else (middle + 1, high)
+            mask[row, low:] = False
+        return mask

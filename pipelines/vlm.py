@@ -43,7 +43,7 @@ from torch import nn
 
 from pipelines.base import prompt_columns, prompt_id
 from pipelines.loading import require_local_or_reachable
-from pipelines.transformers_base import DTYPES, TransformersPolicy, eos_ids
+from pipelines.transformers_base import DTYPES, StopStrings, TransformersPolicy, eos_ids
 from pipelines.vlm_inputs import open_image, pack_pixels, unpack_pixels
 from samplers.autoregressive import Generation, TokenSampler, generate
 
@@ -54,7 +54,7 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "connector")
 
 
-class VLMPolicy(TransformersPolicy):
+class VLMPolicy(TransformersPolicy, StopStrings):
     """A vision-language model as a causal token policy.
 
     Args:
