@@ -41,8 +41,8 @@ from typing import Any
 import torch
 
 from reward_models.base import RewardModel, RewardOutput, output_kind
+from reward_models.judge_backend import JudgeBackend
 from reward_models.rubric_aggregate import CATEGORY_CODES, aggregate, saturated
-from reward_models.rubric_judge import JudgeBackend
 from reward_models.rubric_spec import (
     Criterion,
     extractor_of,
@@ -68,7 +68,7 @@ class RubricReward(RewardModel):
     Args:
         rubric: one rubric for every prompt (list of criteria, JSON/YAML text or file path).
         rubrics: prompt text -> rubric (a dict or a JSON/YAML file holding one).
-        judge: the judge back-end's arguments (``reward_models.rubric_judge.JudgeBackend``:
+        judge: the judge back-end's arguments (``reward_models.judge_backend.JudgeBackend``:
             ``model`` or ``endpoint`` and their settings), or a built back-end; needed only by
             judge criteria and LLM extractors.
         gate: ``"hierarchical"``, ``"hard"`` or ``"none"`` (``rubric_aggregate``).

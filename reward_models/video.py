@@ -262,10 +262,7 @@ class VideoJudgeReward(ArtifactJudgeReward):
         videos = check_videos(outputs, self.name, min_frames=1)
         grids = self.grids(videos)
         questions = self.questions(prompts, videos.shape[1])
-        if self.endpoint is not None:
-            p_yes = self._endpoint_p_yes(grids, questions)
-        else:
-            p_yes = self._local_p_yes(grids, questions)
+        p_yes = self.p_yes(grids, questions)
         value = p_yes if self.reward_answer == "yes" else 1 - p_yes
         return RewardOutput({self.name: value, "p_yes": p_yes}, {self.name: torch.isfinite(value)})
 

@@ -61,10 +61,7 @@ class VQAScoreReward(ArtifactJudgeReward):
     ) -> RewardOutput:
         del metadata
         questions = self.questions(prompts)
-        if self.endpoint is not None:
-            p_yes = self._endpoint_p_yes(outputs, questions)
-        else:
-            p_yes = self._local_p_yes(outputs, questions)
+        p_yes = self.p_yes(outputs, questions)
         return RewardOutput({self.name: p_yes}, {self.name: torch.isfinite(p_yes)})
 
 

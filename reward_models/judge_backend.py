@@ -1,23 +1,29 @@
-"""The judge back-end of rubric rewards: many (question, optional image) items answered in
-batched calls.
+"""The one judge back-end of genrl's VLM/LLM judges (``artifact_judge``, ``vqa_score``,
+``video_judge`` and the rubric's judge and extractor criteria): many (question, optional image)
+items answered in batched calls.
 
-Two jobs, two back-ends (as ``reward_models/judge.py``, whose answer-token and log-prob helpers
-this reuses):
+Two jobs:
 
-* ``p_yes``: ``P(yes) / (P(yes) + P(no))`` of the first answer token, for judge criteria;
+* ``p_yes``: the first answer token's ``P(yes) / (P(yes) + P(no))`` (or ``P(yes)`` over the
+  whole vocabulary with ``normalize=False``), where ``P(yes)`` sums the probabilities of the
+  "yes" spellings ("Yes", "yes", with and without a leading space) and likewise for "no";
+  NaN (not applicable) when the judge names neither;
 * ``generate``: a short greedy answer, for LLM extractors ("extract the final answer").
 
 Local back-end: a transformers checkpoint, a VLM (``AutoModelForImageTextToText`` with its
 processor) when its config has a ``vision_config``, else a text LLM (``AutoModelForCausalLM``
 with its tokenizer). Items are grouped by whether they carry an image and answered
 ``batch_size`` at a time in one forward each (left padding, position ids from the attention
-mask, so a padded row reads what it reads alone). Endpoint back-end: an OpenAI-compatible chat
+mask for a text LLM, so a padded row reads what it reads alone; a VLM computes its own, which
+for Qwen's multimodal RoPE must place the vision tokens, and RoPE models are unaffected by the
+constant shift that left padding adds). Endpoint back-end: an OpenAI-compatible chat
 API; every item is one request, ``concurrency`` of them in flight. ``calls`` counts forwards
 (local) or requests (endpoint), which ``benchmarks/rubric.py`` reports.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,7 +34,6 @@ import torch
 from pipelines.loading import require_local_or_reachable
 from reward_models.base import local_hint
 from reward_models.composite import RewardError
-from reward_models.judge import answer_token_ids, p_yes_from_reply
 from reward_models.remote import post_json
 from reward_models.wire import encode_outputs, quantize
 
@@ -44,11 +49,19 @@ def as_image_tensor(image: Any) -> torch.Tensor:
 class JudgeBackend:
     """Batched yes/no probabilities and short answers from a local model or an endpoint.
 
-    Args: as ``reward_models.judge.ArtifactJudgeReward`` (``model`` or ``endpoint``,
-    ``endpoint_model``, ``yes_words``, ``no_words``, ``api_key_env``, ``device``, ``dtype``,
-    ``batch_size``, ``trust_remote_code``, ``top_logprobs``, ``timeout_s``, ``retries``,
-    ``concurrency``), plus ``max_new_tokens`` for extractions; ``owner`` names the reward in
-    errors.
+    Args:
+        model: local transformers checkpoint (hub id or directory); or
+        endpoint: base URL of an OpenAI-compatible API such as ``http://host:8000/v1`` (vLLM,
+            SGLang or a hosted API); exactly one of the two.
+        endpoint_model: the model name the endpoint expects.
+        yes_words, no_words: the answers' spellings (case and a leading space are added).
+        api_key_env: environment variable holding the endpoint's key (if any).
+        device, dtype, batch_size: the local model's placement and batching.
+        trust_remote_code: allow a local checkpoint's own code (off by default).
+        top_logprobs, timeout_s, retries, concurrency: endpoint settings (requests run
+            concurrently; failures are retried with backoff).
+        max_new_tokens: the longest extraction ``generate`` returns.
+        owner: the reward named in errors.
     """
 
     def __init__(
@@ -161,17 +174,20 @@ class JudgeBackend:
         return chunks
 
     @torch.no_grad()
-    def _local_p_yes(self, questions: list[str], images: list[Any | None]) -> torch.Tensor:
-        model, _, _, yes, no = self._load()
+    def _local_p_yes(
+        self, questions: list[str], images: list[Any | None], normalize: bool
+    ) -> torch.Tensor:
+        model, _, vlm, yes, no = self._load()
         out = torch.full((len(questions),), float("nan"))
         for chunk in self._chunks(images):
             inputs = self._inputs([questions[i] for i in chunk], [images[i] for i in chunk])
-            positions = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-            logits = model(**inputs, position_ids=positions).logits[:, -1].float()
+            if not vlm:
+                inputs["position_ids"] = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+            logits = model(**inputs).logits[:, -1].float()
             self.calls += 1
             probs = logits.softmax(dim=-1)
             p_yes, p_no = probs[:, yes].sum(dim=1), probs[:, no].sum(dim=1)
-            out[chunk] = (p_yes / (p_yes + p_no)).cpu()
+            out[chunk] = (p_yes / (p_yes + p_no) if normalize else p_yes).cpu()
         return out
 
     @torch.no_grad()
@@ -217,9 +233,11 @@ class JudgeBackend:
             token_hint="set the key's environment variable with api_key_env",
         )  # fmt: skip
 
-    def _ask_p_yes(self, question: str, image: Any | None) -> float:
+    def _ask_p_yes(self, question: str, image: Any | None, normalize: bool) -> float:
         reply = self._request(question, image, 1)
-        return p_yes_from_reply(reply, self.yes_words, self.no_words, self.owner, self.endpoint)
+        return p_yes_from_reply(
+            reply, self.yes_words, self.no_words, self.owner, self.endpoint, normalize
+        )
 
     def _ask_text(self, question: str, image: Any | None) -> str:
         reply = self._request(question, image, self.max_new_tokens)
@@ -231,15 +249,21 @@ class JudgeBackend:
             ) from err
 
     # -- public ------------------------------------------------------------------------------
-    def p_yes(self, questions: list[str], images: list[Any | None] | None = None) -> torch.Tensor:
-        """``[N]`` P(yes) of ``N`` questions (NaN where the answer names neither word)."""
+    def p_yes(
+        self,
+        questions: list[str],
+        images: list[Any | None] | None = None,
+        normalize: bool = True,
+    ) -> torch.Tensor:
+        """``[N]`` P(yes) of ``N`` questions, each with its image or None: normalised over the
+        two answers (NaN where the answer names neither word), or over the vocabulary."""
         images = images if images is not None else [None] * len(questions)
         if not questions:
             return torch.zeros(0)
         if self.endpoint is None:
-            return self._local_p_yes(questions, images)
+            return self._local_p_yes(questions, images, normalize)
         with ThreadPoolExecutor(self.concurrency) as pool:
-            values = list(pool.map(self._ask_p_yes, questions, images))
+            values = list(pool.map(self._ask_p_yes, questions, images, [normalize] * len(images)))
         return torch.tensor(values, dtype=torch.float32)
 
     def generate(self, questions: list[str], images: list[Any | None] | None = None) -> list[str]:
@@ -253,4 +277,47 @@ class JudgeBackend:
             return list(pool.map(self._ask_text, questions, images))
 
 
-__all__ = ["JudgeBackend", "as_image_tensor"]
+def answer_token_ids(tokenizer: Any, words: list[str]) -> list[int]:
+    """Single-token spellings of ``words``: as given, capitalised, with a leading space."""
+    ids: set[int] = set()
+    for word in words:
+        for spelling in {word, word.capitalize(), " " + word, " " + word.capitalize()}:
+            encoded = tokenizer.encode(spelling, add_special_tokens=False)
+            if len(encoded) == 1:
+                ids.add(int(encoded[0]))
+    return sorted(ids)
+
+
+def p_yes_from_reply(
+    reply: dict[str, Any],
+    yes_words: list[str],
+    no_words: list[str],
+    owner: str,
+    url: Any,
+    normalize: bool = True,
+) -> float:
+    """``P(yes) / (P(yes) + P(no))`` (or ``P(yes)`` itself without ``normalize``) from an
+    OpenAI-compatible chat reply's ``top_logprobs`` of the first answer token (NaN when it
+    names neither); ``RewardError`` naming ``owner`` and ``url`` when the reply has no
+    log-probabilities."""
+    try:
+        candidates = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        mass = {"yes": 0.0, "no": 0.0}
+        for candidate in candidates:
+            word = str(candidate["token"]).strip().lower()
+            if word in yes_words:
+                mass["yes"] += math.exp(float(candidate["logprob"]))
+            elif word in no_words:
+                mass["no"] += math.exp(float(candidate["logprob"]))
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise RewardError(
+            f"{owner}: {url} returned no top_logprobs for the answer token "
+            f"({err!r}); the server must support logprobs"
+        ) from err
+    if not normalize:
+        return mass["yes"]
+    total = mass["yes"] + mass["no"]
+    return mass["yes"] / total if total > 0 else math.nan
+
+
+__all__ = ["JudgeBackend", "answer_token_ids", "as_image_tensor", "p_yes_from_reply"]
