@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_artifact_judge import FakeEndpoint, pictures
-from vision_tiny import build_llava
+from vision_tiny import build_llava, build_qwen2_vl
 
 from reward_models import build_reward
 
@@ -47,6 +47,21 @@ def test_local_vqa_score_is_p_yes_over_the_vocabulary_for_each_prompt(llava: Pat
     assert scores.tolist() == pytest.approx(expected, abs=1e-5)
     both = build_reward("vqa_score", model=str(llava), normalize=True)(images, prompts)
     assert both.scores["vqa_score"].tolist() == pytest.approx(normalised, abs=1e-5)
+
+
+def test_batched_qwen2_vl_judge_reads_what_each_question_reads_alone(tmp_path: Path) -> None:
+    """Left padding in a batch of questions of different lengths must not move the answer of
+    a judge with multimodal RoPE (Qwen2-VL), whose positions the model computes itself."""
+    qwen = build_qwen2_vl(tmp_path / "qwen2_vl")
+    # The tiny tokenizer is character-level: "y" / "n" are its single-token answers.
+    words = {"yes_words": ["y"], "no_words": ["n"], "normalize": True}
+    images, prompts = pictures(3), ["a cat", "two red squares on a table", "x"]
+    batched = build_reward("vqa_score", model=str(qwen), batch_size=3, **words)
+    alone = build_reward("vqa_score", model=str(qwen), batch_size=1, **words)
+    together = batched(images, prompts).scores["vqa_score"]
+    assert torch.isfinite(together).all()
+    expected = alone(images, prompts).scores["vqa_score"].tolist()
+    assert together.tolist() == pytest.approx(expected, abs=1e-5)
 
 
 def test_endpoint_vqa_score_asks_about_each_prompt() -> None:
