@@ -13,11 +13,10 @@ Two jobs:
 Local back-end: a transformers checkpoint, a VLM (``AutoModelForImageTextToText`` with its
 processor) when its config has a ``vision_config``, else a text LLM (``AutoModelForCausalLM``
 with its tokenizer). Items are grouped by whether they carry an image and answered
-``batch_size`` at a time in one forward each (left padding, position ids from the attention
-mask for a text LLM, so a padded row reads what it reads alone; a VLM computes its own, which
-for Qwen's multimodal RoPE must place the vision tokens, and RoPE models are unaffected by the
-constant shift that left padding adds). Endpoint back-end: an OpenAI-compatible chat
-API; every item is one request, ``concurrency`` of them in flight. ``calls`` counts forwards
+``batch_size`` at a time in one forward each, left-padded. A text LLM gets position ids from
+the attention mask, so a padded row reads what it reads alone; a VLM is left to compute its own
+(Qwen's multimodal RoPE places the vision tokens itself, and RoPE is unaffected by the constant
+shift left padding adds). Endpoint back-end: an OpenAI-compatible chat API; every item is one request, ``concurrency`` of them in flight. ``calls`` counts forwards
 (local) or requests (endpoint), which ``benchmarks/rubric.py`` reports.
 """
 
