@@ -15,6 +15,8 @@ POLICIES: dict[str, Any] = {
     "sd3": "pipelines.sd3:SD3Policy",
     "flux": "pipelines.flux:FluxPolicy",
     "sana": "pipelines.sana:SanaPolicy",
+    "lumina2": "pipelines.lumina2:Lumina2Policy",
+    "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",

@@ -1,0 +1,170 @@
+"""Tiny random Lumina2 and QwenImage pipelines, built offline (see diffusers_tiny.py for the rest).
+
+Sizes, for a 32x32 image:
+
+    Lumina2    Lumina2Pipeline fixes vae_scale_factor = 8: a 4-level KL VAE (4 latent channels),
+               latents (4, 4, 4), 2x2 patches -> 4 image tokens; Gemma2 (32) text encoder whose
+               penultimate hidden state is the condition, padded to max_sequence_length.
+    QwenImage  AutoencoderKLQwenImage with 3 levels (8x spatial: vae_scale_factor is
+               2 ** len(temperal_downsample)), 4 latent channels with per-channel latent
+               statistics, latents packed into 2x2 patches -> (4, 16); a Qwen2.5-VL text
+               encoder (2-layer language model, 1-layer vision tower) with the fixture Qwen2
+               tokenizer, whose split of the pipeline's chat template matches the real one (the
+               pipeline drops its first 34 tokens). Prompt embeddings are as long as the longest
+               prompt of a batch, with a mask.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
+from diffusers_tiny import FIXTURES, gemma_tokenizer
+from transformers import Gemma2Config, Gemma2Model, Qwen2Tokenizer
+
+# Released checkpoints' values (vae/config.json, scheduler/scheduler_config.json):
+# Lumina-Image-2.0 uses FLUX's VAE and a static shift of 6; Qwen-Image's scheduler shifts by
+# resolution (base_shift 0.5, max_shift 0.9, exponential time shift, shift_terminal 0.02).
+LUMINA_VAE_SCALE, LUMINA_VAE_SHIFT = 0.3611, 0.1159
+
+
+def qwen2_tokenizer() -> Qwen2Tokenizer:
+    """Byte-level BPE Qwen2 tokenizer with the chat markers as special tokens; pad = eos =
+    ``<|endoftext|>`` as in Qwen2.5-VL."""
+    directory = FIXTURES / "qwen2_tokenizer"
+    vocab = json.loads((directory / "vocab.json").read_text())
+    lines = (directory / "merges.txt").read_text().splitlines()
+    merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#")]
+    return Qwen2Tokenizer(
+        vocab=vocab, merges=merges, extra_special_tokens=["<|im_start|>", "<|im_end|>"]
+    )
+
+
+def build_lumina2(directory: Path) -> Path:
+    """Lumina2Pipeline: Gemma2 (32) text encoder, 8x KL VAE, a 1+1-layer Lumina2 DiT."""
+    from diffusers import Lumina2Pipeline, Lumina2Transformer2DModel
+
+    torch.manual_seed(0)
+    tokenizer = gemma_tokenizer()
+    text_encoder = Gemma2Model(
+        Gemma2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            max_position_embeddings=1024,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            attn_implementation="eager",
+        )
+    )
+    vae = AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 8, 8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=32,
+        scaling_factor=LUMINA_VAE_SCALE,
+        shift_factor=LUMINA_VAE_SHIFT,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    transformer = Lumina2Transformer2DModel(
+        sample_size=4,  # 32 px / 8
+        patch_size=2,
+        in_channels=4,
+        hidden_size=32,
+        num_layers=2,
+        num_refiner_layers=1,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        multiple_of=16,
+        axes_dim_rope=(4, 2, 2),  # sums to the head dimension 32 / 4
+        axes_lens=(300, 32, 32),
+        cap_feat_dim=32,  # the Gemma2 hidden size
+    )
+    pipe = Lumina2Pipeline(
+        transformer=transformer,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=6.0),
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)
+
+
+def build_qwenimage(directory: Path) -> Path:
+    """QwenImagePipeline: Qwen2.5-VL (32) text encoder, 3-level Qwen-Image VAE (8x), a 2-layer
+    MM-DiT over 2x2-packed latents, and Qwen-Image's resolution-dependent scheduler."""
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(0)
+    tokenizer = qwen2_tokenizer()
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4},
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    vision = dict(
+        depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+        patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3,
+        fullatt_block_indexes=[0], window_size=16,
+    )  # fmt: skip
+    text_encoder = Qwen2_5_VLForConditionalGeneration(
+        Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+    )
+    vae = AutoencoderKLQwenImage(
+        base_dim=4,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.1, -0.2, 0.3, 0.0],
+        latents_std=[1.5, 0.8, 2.0, 1.2],
+    )
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2,
+        in_channels=16,  # 4 latent channels x 2x2 packing
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,  # the text encoder's hidden size
+        axes_dims_rope=(4, 6, 6),  # sums to attention_head_dim
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256,
+        base_shift=0.5,
+        max_image_seq_len=8192,
+        max_shift=0.9,
+        shift=1.0,
+        shift_terminal=0.02,
+        time_shift_type="exponential",
+        use_dynamic_shifting=True,
+    )
+    pipe = QwenImagePipeline(
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)
