@@ -65,7 +65,7 @@ def family_class(pipeline_class: str) -> type[FlowImagePolicy]:
     if isinstance(entry, str):
         module_name, cls_name = entry.split(":")
         entry = getattr(importlib.import_module(module_name), cls_name)
-    return entry  # type: ignore[no-any-return]
+    return entry
 
 
 def pipeline_class_name(pretrained: str) -> str:

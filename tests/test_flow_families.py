@@ -146,3 +146,29 @@ def test_register_family_by_class(dirs, monkeypatch: pytest.MonkeyPatch) -> None
         register_family("pipelines.sd3:SD3Policy")
     with pytest.raises(TypeError, match="FlowImagePolicy subclass"):
         register_family(int)  # type: ignore[arg-type]
+
+
+def test_flow_rollouts_with_prompt_embeddings_of_different_lengths_concatenate() -> None:
+    """Dynamic sampling concatenates rounds; QwenImage's embeddings are as long as each round's
+    longest prompt, so the shorter round's are zero-padded (its mask marks the padding)."""
+    from genrl.rollout import FlowTrajectory
+
+    def round_of(length: int) -> FlowTrajectory:
+        return FlowTrajectory(
+            prompts=["a", "b"],
+            group_ids=torch.tensor([0, 0]),
+            condition={
+                "prompt_embeds": torch.ones(2, length, 3),
+                "prompt_embeds_mask": torch.ones(2, length, dtype=torch.long),
+                "pooled": torch.ones(2, 5),
+            },
+            latents=torch.zeros(2, 3, 4),
+            log_probs=torch.zeros(2, 2),
+            trainable_steps=torch.ones(2, 2, dtype=torch.bool),
+        )
+
+    joined = FlowTrajectory.concatenate([round_of(4), round_of(6)])
+    assert joined.condition["prompt_embeds"].shape == (4, 6, 3)
+    assert joined.condition["prompt_embeds_mask"].sum(dim=1).tolist() == [4, 4, 6, 6]
+    assert joined.condition["prompt_embeds"][:2, 4:].eq(0).all()
+    assert joined.condition["pooled"].shape == (4, 5)
