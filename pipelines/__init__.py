@@ -17,6 +17,7 @@ POLICIES: dict[str, Any] = {
     "sana": "pipelines.sana:SanaPolicy",
     "lumina2": "pipelines.lumina2:Lumina2Policy",
     "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
+    "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",

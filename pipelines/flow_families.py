@@ -22,6 +22,7 @@ FAMILIES: dict[str, Any] = {
     "WanPipeline": "pipelines.wan:WanPolicy",
     "Lumina2Pipeline": "pipelines.lumina2:Lumina2Policy",
     "QwenImagePipeline": "pipelines.qwenimage:QwenImagePolicy",
+    "QwenImageEditPipeline": "pipelines.qwenimage_edit:QwenImageEditPolicy",
 }
 """Pipeline class name -> ``"module:Class"`` or an adapter class."""
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from pipelines.base import Condition, FlowPolicy
+from pipelines.base import Condition, FlowPolicy, prompt_id
 from pipelines.flow_families import (  # the registry; re-exported for older imports
     FAMILIES,
     flow_image_class,
@@ -268,11 +268,15 @@ class FlowImagePolicy(FlowPolicy):
     # -- FlowPolicy ------------------------------------------------------------------------------
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str]) -> Condition:
-        """Each distinct prompt is encoded once; its rows are repeated for its group."""
+        """Each distinct prompt (``prompt_id``: its text, and its dataset row when it has one,
+        since rows of one text may carry different reference images) is encoded once; its rows
+        are repeated for its group."""
         self._place()
-        distinct = list(dict.fromkeys(prompts))
-        index = torch.tensor([distinct.index(p) for p in prompts], device=self.device)
-        encoded = self._encode(distinct)
+        ids = [prompt_id(p) for p in prompts]
+        first = {key: i for i, key in reversed(list(enumerate(ids)))}
+        order = list(dict.fromkeys(ids))
+        index = torch.tensor([order.index(key) for key in ids], device=self.device)
+        encoded = self._encode([prompts[first[key]] for key in order])
         return {k: v[index] for k, v in encoded.items()}
 
     def null_condition(self, condition: Condition) -> Condition:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
@@ -31,15 +32,19 @@ LUMINA_VAE_SCALE, LUMINA_VAE_SHIFT = 0.3611, 0.1159
 
 
 def qwen2_tokenizer() -> Qwen2Tokenizer:
-    """Byte-level BPE Qwen2 tokenizer with the chat markers as special tokens; pad = eos =
-    ``<|endoftext|>`` as in Qwen2.5-VL."""
+    """Byte-level BPE Qwen2 tokenizer with the chat and vision markers as special tokens; pad =
+    eos = ``<|endoftext|>`` as in Qwen2.5-VL."""
     directory = FIXTURES / "qwen2_tokenizer"
     vocab = json.loads((directory / "vocab.json").read_text())
     lines = (directory / "merges.txt").read_text().splitlines()
     merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#")]
-    return Qwen2Tokenizer(
-        vocab=vocab, merges=merges, extra_special_tokens=["<|im_start|>", "<|im_end|>"]
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges)
+    markers = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>"]
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": [*markers, "<|image_pad|>"]}  # type: ignore[dict-item]
     )
+    tokenizer.image_token = "<|image_pad|>"  # what Qwen2VLProcessor expands per image patch
+    return tokenizer
 
 
 def build_lumina2(directory: Path) -> Path:
@@ -106,15 +111,55 @@ def build_lumina2(directory: Path) -> Path:
 def build_qwenimage(directory: Path) -> Path:
     """QwenImagePipeline: Qwen2.5-VL (32) text encoder, 3-level Qwen-Image VAE (8x), a 2-layer
     MM-DiT over 2x2-packed latents, and Qwen-Image's resolution-dependent scheduler."""
-    from diffusers import (
-        AutoencoderKLQwenImage,
-        QwenImagePipeline,
-        QwenImageTransformer2DModel,
-    )
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from diffusers import QwenImagePipeline
 
     torch.manual_seed(0)
     tokenizer = qwen2_tokenizer()
+    pipe = QwenImagePipeline(
+        scheduler=_qwen_scheduler(),
+        vae=_qwen_vae(),
+        text_encoder=_qwen_text_encoder(tokenizer),
+        tokenizer=tokenizer,
+        transformer=_qwen_transformer(),
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)
+
+
+def build_qwenimage_edit(directory: Path) -> Path:
+    """QwenImageEditPipeline: the QwenImage components plus a Qwen2-VL processor whose images
+    reach the text encoder at 16-32 px (min/max_pixels); the reference image itself is resized
+    to ~1024x1024 by the pipeline and VAE-encoded (64 x 64 reference tokens)."""
+    from diffusers import QwenImageEditPipeline
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    torch.manual_seed(0)
+    tokenizer = qwen2_tokenizer()
+    sizes = dict(min_pixels=16 * 16, max_pixels=32 * 32, patch_size=4, merge_size=2)
+    processor = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**sizes, temporal_patch_size=2),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(**sizes, temporal_patch_size=2),
+    )
+    pipe = QwenImageEditPipeline(
+        scheduler=_qwen_scheduler(),
+        vae=_qwen_vae(),
+        text_encoder=_qwen_text_encoder(tokenizer),
+        tokenizer=tokenizer,
+        processor=processor,
+        transformer=_qwen_transformer(),
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)
+
+
+def _qwen_text_encoder(tokenizer: Qwen2Tokenizer) -> Any:
+    """Qwen2.5-VL: a 2-layer language model (32) and a 1-layer vision tower (patch 4, 2x2
+    merge) whose image token ids are the tokenizer's."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    ids = tokenizer.convert_tokens_to_ids
     text = dict(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
@@ -127,10 +172,21 @@ def build_qwenimage(directory: Path) -> Path:
         patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3,
         fullatt_block_indexes=[0], window_size=16,
     )  # fmt: skip
-    text_encoder = Qwen2_5_VLForConditionalGeneration(
-        Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+    config = Qwen2_5_VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
-    vae = AutoencoderKLQwenImage(
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def _qwen_vae() -> Any:
+    """Qwen-Image's video VAE, 3 levels (8x), 4 channels with per-channel statistics."""
+    from diffusers import AutoencoderKLQwenImage
+
+    return AutoencoderKLQwenImage(
         base_dim=4,
         z_dim=4,
         dim_mult=[1, 1, 1, 1],
@@ -139,7 +195,13 @@ def build_qwenimage(directory: Path) -> Path:
         latents_mean=[0.1, -0.2, 0.3, 0.0],
         latents_std=[1.5, 0.8, 2.0, 1.2],
     )
-    transformer = QwenImageTransformer2DModel(
+
+
+def _qwen_transformer() -> Any:
+    """A 2-layer MM-DiT over 2x2-packed latents (16 = 4 channels x 4)."""
+    from diffusers import QwenImageTransformer2DModel
+
+    return QwenImageTransformer2DModel(
         patch_size=2,
         in_channels=16,  # 4 latent channels x 2x2 packing
         out_channels=4,
@@ -149,7 +211,11 @@ def build_qwenimage(directory: Path) -> Path:
         joint_attention_dim=32,  # the text encoder's hidden size
         axes_dims_rope=(4, 6, 6),  # sums to attention_head_dim
     )
-    scheduler = FlowMatchEulerDiscreteScheduler(
+
+
+def _qwen_scheduler() -> FlowMatchEulerDiscreteScheduler:
+    """Qwen-Image's: resolution-dependent exponential shift, terminal sigma 0.02."""
+    return FlowMatchEulerDiscreteScheduler(
         base_image_seq_len=256,
         base_shift=0.5,
         max_image_seq_len=8192,
@@ -159,12 +225,3 @@ def build_qwenimage(directory: Path) -> Path:
         time_shift_type="exponential",
         use_dynamic_shifting=True,
     )
-    pipe = QwenImagePipeline(
-        scheduler=scheduler,
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        transformer=transformer,
-    )
-    pipe.save_pretrained(directory)
-    return Path(directory)
