@@ -18,6 +18,7 @@ POLICIES: dict[str, Any] = {
     "lumina2": "pipelines.lumina2:Lumina2Policy",
     "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
     "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
+    "zimage": "pipelines.zimage:ZImagePolicy",
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",

@@ -23,6 +23,7 @@ FAMILIES: dict[str, Any] = {
     "Lumina2Pipeline": "pipelines.lumina2:Lumina2Policy",
     "QwenImagePipeline": "pipelines.qwenimage:QwenImagePolicy",
     "QwenImageEditPipeline": "pipelines.qwenimage_edit:QwenImageEditPolicy",
+    "ZImagePipeline": "pipelines.zimage:ZImagePolicy",
 }
 """Pipeline class name -> ``"module:Class"`` or an adapter class."""
 

@@ -34,15 +34,22 @@ class Guidance:
       ``dim=-1`` of the transformer's output layout: the packed token's channels for QwenImage,
       the latent width for Lumina2);
     * ``cutoff_sigma``: at noise levels ``sigma < cutoff_sigma`` use ``v_c`` alone (Lumina2's
-      ``cfg_trunc_ratio``, a fraction of the steps; ``cutoff_for_step_fraction`` converts it).
+      ``cfg_trunc_ratio``, a fraction of the steps; ``cutoff_for_step_fraction`` converts it;
+      Z-Image's ``cfg_truncation`` ``c`` is ``cutoff_sigma = 1 - c``);
+    * ``max_norm_ratio``: when ``||v|| > r ||v_c||`` over a whole sample, scale ``v`` down to
+      ``r ||v_c||`` (``ZImagePipeline.__call__`` with ``cfg_normalization=r``).
     """
 
     normalize: bool = False
     cutoff_sigma: float = 0.0
+    max_norm_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.cutoff_sigma >= 0:
-            raise ValueError(f"cfg cutoff_sigma must be >= 0, got {self.cutoff_sigma}")
+        if not self.cutoff_sigma >= 0 or not self.max_norm_ratio >= 0:
+            raise ValueError(
+                f"cfg cutoff_sigma and max_norm_ratio must be >= 0, got {self.cutoff_sigma} and "
+                f"{self.max_norm_ratio}"
+            )
 
     def active(self, sigma: torch.Tensor) -> bool:
         """Whether any row of ``sigma`` ``[B]`` needs the unconditional branch."""
@@ -55,6 +62,11 @@ class Guidance:
         guided = uncond + scale * (cond - uncond)
         if self.normalize:
             guided = guided * (cond.norm(dim=-1, keepdim=True) / guided.norm(dim=-1, keepdim=True))
+        if self.max_norm_ratio > 0:
+            limit = self.max_norm_ratio * cond.flatten(1).norm(dim=1)
+            norm = guided.flatten(1).norm(dim=1)
+            factor = torch.where(norm > limit, limit / norm, torch.ones_like(norm))
+            guided = guided * factor.view(-1, *(1,) * (cond.ndim - 1))
         if self.cutoff_sigma > 0:
             keep = (sigma >= self.cutoff_sigma).view(-1, *(1,) * (cond.ndim - 1))
             guided = torch.where(keep.to(cond.device), guided, cond)

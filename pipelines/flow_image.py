@@ -355,7 +355,10 @@ class FlowImagePolicy(FlowPolicy):
         dtype = self.model_dtype
         typed = {k: v.to(dtype) if v.is_floating_point() else v for k, v in condition.items()}
         inputs = self._model_inputs(latents.to(dtype), self.model_time(sigma), typed)
-        out = self._model_output(module(**inputs, return_dict=False)[0].float())
+        raw = module(**inputs, return_dict=False)[0]
+        if isinstance(raw, list | tuple):  # one tensor per sample (Z-Image)
+            raw = torch.stack(list(raw))
+        out = self._model_output(raw.float())
         return -out if self.prediction_sign < 0 else out
 
     def embedded_guidance_input(self, n: int) -> torch.Tensor | None:

@@ -225,3 +225,72 @@ def _qwen_scheduler() -> FlowMatchEulerDiscreteScheduler:
         time_shift_type="exponential",
         use_dynamic_shifting=True,
     )
+
+
+# Qwen3's chat template, reduced to what ZImagePipeline uses: one user turn, the generation
+# prompt, and (enable_thinking=True) no empty thinking block.
+QWEN3_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+
+
+def build_zimage(directory: Path) -> Path:
+    """ZImagePipeline: Qwen3 (32) text encoder with the fixture Qwen2 tokenizer and a chat
+    template, a 4x KL VAE (vae_scale_factor is 2 ** (levels - 1)), a 1+1-layer Z-Image DiT."""
+    from diffusers import ZImagePipeline, ZImageTransformer2DModel
+    from transformers import Qwen3Config, Qwen3Model
+
+    torch.manual_seed(0)
+    tokenizer = qwen2_tokenizer()
+    tokenizer.chat_template = QWEN3_TEMPLATE
+    text_encoder = Qwen3Model(
+        Qwen3Config(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=1024,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    )
+    vae = AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(8, 8, 16),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=32,
+        scaling_factor=LUMINA_VAE_SCALE,  # Z-Image uses FLUX's VAE too
+        shift_factor=LUMINA_VAE_SHIFT,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    transformer = ZImageTransformer2DModel(
+        in_channels=4,
+        dim=32,
+        n_layers=2,
+        n_refiner_layers=1,
+        n_heads=2,
+        n_kv_heads=2,
+        cap_feat_dim=32,  # the Qwen3 hidden size
+        axes_dims=[4, 6, 6],  # sums to the head dimension 32 / 2
+        axes_lens=[1024, 64, 64],
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=False)
+    pipe = ZImagePipeline(
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)

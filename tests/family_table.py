@@ -4,7 +4,8 @@ guidance on, so that every test drives the stock call from this table alone.
 
 ``stock_cfg(g)`` returns the call's guidance arguments for scale ``g`` (1 = no CFG). The stock
 pipelines disagree on them (``guidance_scale``, or ``true_cfg_scale`` with a negative prompt for
-FLUX and QwenImage, whose ``guidance_scale`` feeds a guidance embedding or is ignored), which is
+FLUX and QwenImage, whose ``guidance_scale`` feeds a guidance embedding or is ignored; an offset
+scale for Z-Image), which is
 why a new family must say it here; ``test_stock_call_applies_guidance`` then fails for a
 description whose guidance the pipeline silently ignores.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 from diffusers_tiny import build_flux, build_sana, build_sd3
-from diffusers_tiny_families import build_lumina2, build_qwenimage
+from diffusers_tiny_families import build_lumina2, build_qwenimage, build_zimage
 
 PROMPTS = ["a red cat", "a blue dog on the grass"]  # of different token lengths
 SIZE = {"height": 32, "width": 32}
@@ -26,6 +27,11 @@ SIZE = {"height": 32, "width": 32}
 
 def plain_cfg(g: float) -> dict[str, Any]:
     return {"guidance_scale": g}
+
+
+def offset_cfg(g: float) -> dict[str, Any]:
+    """Z-Image: ``v_c + s (v_c - v_u)``, so genrl's scale ``g`` is its ``s = g - 1``."""
+    return {"guidance_scale": g - 1}
 
 
 def true_cfg(g: float) -> dict[str, Any]:
@@ -56,6 +62,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "lumina2": Family(build_lumina2, plain_cfg, SHORT_SYSTEM, SHORT_SYSTEM),
     "qwenimage": Family(build_qwenimage, true_cfg),
+    "zimage": Family(
+        build_zimage, offset_cfg, {"max_sequence_length": 64}, {"max_sequence_length": 64}
+    ),
 }
 # Stock-call keywords that are not adapter settings.
 CALL_ONLY = {"sana": {"use_resolution_binning": False}}
@@ -79,7 +88,7 @@ def pipe_call(
     kwargs = {**description.call, **CALL_ONLY.get(family, {}), **description.stock_cfg(guidance)}
     policy.pipe.set_progress_bar_config(disable=True)
     return policy.pipe(
-        prompt=PROMPTS,
+        prompt=list(PROMPTS),  # a copy: ZImagePipeline templates its prompt list in place
         latents=noise.clone(),
         num_inference_steps=steps,
         output_type=output_type,

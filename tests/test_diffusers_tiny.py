@@ -22,6 +22,7 @@ from diffusers import (
     QwenImagePipeline,
     SanaPipeline,
     StableDiffusion3Pipeline,
+    ZImagePipeline,
 )
 from diffusers_tiny import (
     FIXTURES,
@@ -32,7 +33,7 @@ from diffusers_tiny import (
     gemma_tokenizer,
     t5_tokenizer,
 )
-from diffusers_tiny_families import build_lumina2, build_qwenimage, qwen2_tokenizer
+from diffusers_tiny_families import build_lumina2, build_qwenimage, build_zimage, qwen2_tokenizer
 
 PROMPT = "a photo of a red cat"
 
@@ -62,6 +63,8 @@ FAMILIES: dict[
     ),
     # QwenImage latents come back packed: (batch, (32/8/2)**2 patches, 4 channels * 2 * 2).
     "qwenimage": (build_qwenimage, QwenImagePipeline, {}, (1, 4, 16)),
+    # Z-Image: 4x VAE, latents (4, 8, 8), padded Qwen3 context cut to 64 tokens.
+    "zimage": (build_zimage, ZImagePipeline, {"max_sequence_length": 64}, (1, 4, 8, 8)),
 }
 
 

@@ -21,10 +21,11 @@ from pipelines.sd3 import SD3Policy
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from diffusers_tiny import build_sd3
-    from diffusers_tiny_families import build_lumina2, build_qwenimage
+    from diffusers_tiny_families import build_lumina2, build_qwenimage, build_zimage
 
     root = tmp_path_factory.mktemp("families")
     builders = {"sd3": build_sd3, "lumina2": build_lumina2, "qwenimage": build_qwenimage}
+    builders["zimage"] = build_zimage
     return {name: build(root / name) for name, build in builders.items()}
 
 
@@ -96,6 +97,31 @@ def test_lumina2_without_cfg_normalization(dirs) -> None:
     assert (stock - ours).abs().max() < 1e-4
     normalized = pipe_call(policy, "lumina2", noise, 4.0, "latent")
     assert (stock - normalized).abs().max() > 1e-3
+
+
+def test_zimage_norm_clamp_and_cfg_truncation_reproduce_the_pipeline(dirs) -> None:
+    """Z-Image's ``cfg_normalization=r`` (clamp of the guided norm) and ``cfg_truncation=c``
+    (CFG only where ``1 - sigma <= c``) as ``cfg_max_norm_ratio`` and ``cfg_cutoff_sigma``."""
+    kwargs = family_kwargs("zimage")
+    policy = build_policy(
+        "zimage",
+        pretrained=str(dirs["zimage"]),
+        cfg_max_norm_ratio=1.1,
+        cfg_cutoff_sigma=0.5,
+        **kwargs,
+    )
+    noise = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(5))
+    ours = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=4.0)
+    stock = pipe_call(
+        policy, "zimage", noise, 4.0, "latent", cfg_normalization=1.1, cfg_truncation=0.5
+    )
+    assert (stock - ours).abs().max() < 1e-4
+    plain = pipe_call(policy, "zimage", noise, 4.0, "latent")
+    assert (stock - plain).abs().max() > 1e-3
+    clamp_only = Guidance(max_norm_ratio=1.0).combine(
+        torch.ones(1, 2, 2), torch.zeros(1, 2, 2), torch.ones(1), 3.0
+    )
+    assert torch.allclose(clamp_only, torch.ones(1, 2, 2))  # ||v|| clamped to ||v_c||
 
 
 def test_qwenimage_prompt_embeddings_vary_in_length_with_a_mask(dirs) -> None:
