@@ -19,6 +19,7 @@ POLICIES: dict[str, Any] = {
     "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
     "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
     "zimage": "pipelines.zimage:ZImagePolicy",
+    "chroma": "pipelines.chroma:ChromaPolicy",
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",

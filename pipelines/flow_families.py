@@ -24,6 +24,7 @@ FAMILIES: dict[str, Any] = {
     "QwenImagePipeline": "pipelines.qwenimage:QwenImagePolicy",
     "QwenImageEditPipeline": "pipelines.qwenimage_edit:QwenImageEditPolicy",
     "ZImagePipeline": "pipelines.zimage:ZImagePolicy",
+    "ChromaPipeline": "pipelines.chroma:ChromaPolicy",
 }
 """Pipeline class name -> ``"module:Class"`` or an adapter class."""
 
@@ -104,3 +105,31 @@ def flow_image_class(pretrained: str | None) -> type[FlowImagePolicy]:
             "(docs/porting_a_diffusers_model.md shows how to add one)"
         )
     return family_class(class_name)
+
+
+def load_pipeline(pipeline_class: str, adapter: str, pretrained: str | None, dtype: Any) -> Any:
+    """The stock ``pipeline_class`` loaded with its own ``from_pretrained`` for ``adapter``,
+    with clear errors for a missing path, another family's checkpoint or a failed load."""
+    if not pretrained:
+        raise ValueError(
+            f"{adapter} needs policy.pretrained: a hub id or a local directory of a "
+            f"diffusers {pipeline_class}"
+        )
+    import warnings
+
+    import diffusers
+
+    found = pipeline_class_name(pretrained)
+    if found != pipeline_class and found in FAMILIES:
+        raise ValueError(
+            f"{pretrained!r} holds a {found}, but {adapter} drives a {pipeline_class} "
+            "(policy.name=flow_image picks the family itself)"
+        )
+    try:
+        with warnings.catch_warnings():
+            # Newer diffusers rename torch_dtype to dtype; the old name works everywhere.
+            warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
+            return getattr(diffusers, pipeline_class).from_pretrained(pretrained, torch_dtype=dtype)
+    except (OSError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+        raise ValueError(f"cannot load {pretrained!r} as a {pipeline_class}: {first_line}") from err

@@ -159,3 +159,17 @@ def _floats(config: Mapping[str, Any], key: str) -> Sequence[float]:
     if values is None:
         raise ValueError(f"the VAE config has no {key!r} (per-channel latent normalisation)")
     return [float(v) for v in values]
+
+
+def check_divisible(height: int, width: int, multiple: int, family: str = "this model") -> None:
+    """Raise a clear error when the image size does not fit the latent grid."""
+    if height % multiple or width % multiple:
+        raise ValueError(
+            f"height and width must be multiples of {multiple} for {family}, got {height}x{width}"
+        )
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    for parameter in module.parameters():
+        return parameter.device
+    return torch.device("cpu")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import abc
 import inspect
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,12 +33,25 @@ from pipelines.flow_families import (  # the registry; re-exported for older imp
     FAMILIES,
     flow_image_class,
     flow_image_policy,
+    load_pipeline,
     pipeline_class_name,
     register_family,
 )
-from pipelines.flow_hooks import Guidance, join_padded, latent_statistics
+from pipelines.flow_hooks import (
+    Guidance,
+    check_divisible,
+    join_padded,
+    latent_statistics,
+    module_device,
+)
 
-__all__ = ["FAMILIES", "FlowImagePolicy", "flow_image_class", "flow_image_policy"]
+__all__ = [
+    "FAMILIES",
+    "FlowImagePolicy",
+    "check_divisible",
+    "flow_image_class",
+    "flow_image_policy",
+]
 __all__ += ["pipeline_class_name", "register_family"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -205,30 +217,7 @@ class FlowImagePolicy(FlowPolicy):
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
     def _load(cls, pretrained: str | None, dtype: torch.dtype) -> Any:
-        if not pretrained:
-            raise ValueError(
-                f"{cls.__name__} needs policy.pretrained: a hub id or a local directory of a "
-                f"diffusers {cls.pipeline_class}"
-            )
-        import diffusers
-
-        found = pipeline_class_name(pretrained)
-        if found != cls.pipeline_class and found in FAMILIES:
-            raise ValueError(
-                f"{pretrained!r} holds a {found}, but {cls.__name__} drives a "
-                f"{cls.pipeline_class} (policy.name=flow_image picks the family itself)"
-            )
-        pipeline_class = getattr(diffusers, cls.pipeline_class)
-        try:
-            with warnings.catch_warnings():
-                # Newer diffusers rename torch_dtype to dtype; the old name works everywhere.
-                warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
-                return pipeline_class.from_pretrained(pretrained, torch_dtype=dtype)
-        except (OSError, ValueError) as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-            raise ValueError(
-                f"cannot load {pretrained!r} as a {cls.pipeline_class}: {first_line}"
-            ) from err
+        return load_pipeline(cls.pipeline_class, cls.__name__, pretrained, dtype)
 
     def _check_pipeline_class(self) -> None:
         names = {c.__name__ for c in type(self.pipe).__mro__}
@@ -262,7 +251,7 @@ class FlowImagePolicy(FlowPolicy):
         trained network)."""
         device = self.device
         for name, module in self._components().items():
-            if name != "transformer" and _module_device(module) != device:
+            if name != "transformer" and module_device(module) != device:
                 module.to(device)
 
     # -- FlowPolicy ------------------------------------------------------------------------------
@@ -403,17 +392,3 @@ class FlowImagePolicy(FlowPolicy):
         from pipelines.flow_export import export_diffusers
 
         return export_diffusers(self, directory)
-
-
-def check_divisible(height: int, width: int, multiple: int, family: str = "this model") -> None:
-    """Raise a clear error when the image size does not fit the latent grid."""
-    if height % multiple or width % multiple:
-        raise ValueError(
-            f"height and width must be multiples of {multiple} for {family}, got {height}x{width}"
-        )
-
-
-def _module_device(module: nn.Module) -> torch.device:
-    for parameter in module.parameters():
-        return parameter.device
-    return torch.device("cpu")

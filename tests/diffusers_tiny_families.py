@@ -294,3 +294,38 @@ def build_zimage(directory: Path) -> Path:
     )
     pipe.save_pretrained(directory)
     return Path(directory)
+
+
+def build_chroma(directory: Path) -> Path:
+    """ChromaPipeline: T5 (32) text encoder, FLUX's 4x KL VAE layout with 2x2 packing, a
+    1+1-layer Chroma transformer with a small distilled-modulation approximator."""
+    from diffusers import ChromaPipeline, ChromaTransformer2DModel
+    from diffusers_tiny import FLUX_VAE_SCALE, FLUX_VAE_SHIFT, _t5_encoder, _vae_kl, t5_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = t5_tokenizer()
+    transformer = ChromaTransformer2DModel(
+        patch_size=1,
+        in_channels=16,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        axes_dims_rope=(4, 6, 6),
+        approximator_num_channels=8,
+        approximator_hidden_dim=32,
+        approximator_layers=1,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15
+    )
+    pipe = ChromaPipeline(
+        scheduler=scheduler,
+        vae=_vae_kl(FLUX_VAE_SCALE, FLUX_VAE_SHIFT),
+        text_encoder=_t5_encoder(tokenizer, 32),
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
+    pipe.save_pretrained(directory)
+    return Path(directory)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from diffusers_tiny import build_flux, build_sana, build_sd3
-from diffusers_tiny_families import build_lumina2, build_qwenimage, build_zimage
+from diffusers_tiny_families import build_chroma, build_lumina2, build_qwenimage, build_zimage
 
 PROMPTS = ["a red cat", "a blue dog on the grass"]  # of different token lengths
 SIZE = {"height": 32, "width": 32}
@@ -62,6 +62,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "lumina2": Family(build_lumina2, plain_cfg, SHORT_SYSTEM, SHORT_SYSTEM),
     "qwenimage": Family(build_qwenimage, true_cfg),
+    "chroma": Family(
+        build_chroma, plain_cfg, {"max_sequence_length": 16}, {"max_sequence_length": 16}
+    ),
     "zimage": Family(
         build_zimage, offset_cfg, {"max_sequence_length": 64}, {"max_sequence_length": 64}
     ),

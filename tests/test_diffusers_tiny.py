@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from diffusers import (
+    ChromaPipeline,
     DiffusionPipeline,
     FluxPipeline,
     Lumina2Pipeline,
@@ -33,7 +34,13 @@ from diffusers_tiny import (
     gemma_tokenizer,
     t5_tokenizer,
 )
-from diffusers_tiny_families import build_lumina2, build_qwenimage, build_zimage, qwen2_tokenizer
+from diffusers_tiny_families import (
+    build_chroma,
+    build_lumina2,
+    build_qwenimage,
+    build_zimage,
+    qwen2_tokenizer,
+)
 
 PROMPT = "a photo of a red cat"
 
@@ -63,6 +70,8 @@ FAMILIES: dict[
     ),
     # QwenImage latents come back packed: (batch, (32/8/2)**2 patches, 4 channels * 2 * 2).
     "qwenimage": (build_qwenimage, QwenImagePipeline, {}, (1, 4, 16)),
+    # Chroma: FLUX's packed latents, T5 context cut to 16 tokens.
+    "chroma": (build_chroma, ChromaPipeline, {"max_sequence_length": 16}, (1, 16, 16)),
     # Z-Image: 4x VAE, latents (4, 8, 8), padded Qwen3 context cut to 64 tokens.
     "zimage": (build_zimage, ZImagePipeline, {"max_sequence_length": 64}, (1, 4, 8, 8)),
 }
