@@ -1,10 +1,12 @@
 """Overhead of our diffusers adapters against the stock pipelines, on tiny random pipelines.
 
 Everything is measured in one process, on pipelines built into a temporary directory by the
-builders of ``tests/family_table.FAMILIES`` (SD3, FLUX, SANA, Lumina2, QwenImage; ``--families``
-picks some) and loaded through ``pipelines.build_policy(family, ...)``. The table also gives each
-stock call its guidance arguments (``guidance_scale``, or ``true_cfg_scale`` with a negative
-prompt), so both paths run CFG for every family. (a) runs for every family; (b) for the first:
+builders of ``tests/family_table.FAMILIES`` (SD3, FLUX, SANA, Lumina2, QwenImage, Z-Image,
+Chroma; ``--families`` picks some) and loaded through ``pipelines.build_policy(family, ...)``.
+The table also gives each stock call its guidance arguments (``guidance_scale``, an offset
+scale for Z-Image, or ``true_cfg_scale`` with a negative prompt), so both paths run CFG for every
+family. (a) runs for every family; (b) for the first. Qwen-Image-Edit is not covered (its stock
+call takes one reference image per call; see tests/test_qwenimage_edit.py).
 
 (a) Rollout throughput. Ours is exactly what a training rollout runs,
     ``FlowSDERollout.collect(policy, prompts, group_ids, RolloutNoise(...))``: prompt encoding (each
@@ -63,7 +65,7 @@ from genrl.rng import RolloutNoise, Streams
 from genrl.rollouts.flow_sde import FlowSDERollout
 
 TARGET_RATIO = 1.15
-FAMILY_NAMES = ("sd3", "flux", "sana", "lumina2", "qwenimage")
+FAMILY_NAMES = ("sd3", "flux", "sana", "lumina2", "qwenimage", "zimage", "chroma")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -181,7 +183,7 @@ def pipe_rollout(
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + iteration)
         with torch.no_grad(), autocast(device, args.dtype):
             latents = pipe(
-                prompt=unique,
+                prompt=list(unique),  # ZImagePipeline templates its prompt list in place
                 num_images_per_prompt=args.group_size,
                 num_inference_steps=args.steps,
                 height=args.height,
