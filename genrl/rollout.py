@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -100,6 +100,22 @@ def _pad_to(
     return padded
 
 
+def _sequence_widths(conditions: list[dict[str, torch.Tensor]]) -> dict[str, list[int]]:
+    """``{key: [widest dim 1, *rest]}`` for condition tensors that differ only in dim 1."""
+    widths = {}
+    for key, first in conditions[0].items():
+        shapes = {tuple(c[key].shape[1:]) for c in conditions}
+        if first.ndim >= 2 and len(shapes) > 1 and len({s[1:] for s in shapes}) == 1:
+            widths[key] = [max(s[0] for s in shapes), *first.shape[2:]]
+    return widths
+
+
+def _only(
+    condition: dict[str, torch.Tensor], keys: dict[str, list[int]]
+) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in condition.items() if k in keys}
+
+
 def _pad_columns(
     tensor: torch.Tensor, dim: int, before: int, after: int, value: float = 0
 ) -> torch.Tensor:
@@ -115,6 +131,24 @@ def _pad_columns(
 
 class FlowBatch(Batch, abc.ABC):
     """Base of the batches of flow rollouts: they end in clean samples (``final``)."""
+
+    @classmethod
+    def concatenate(cls: type[B], batches: list[B]) -> B:
+        """As ``Batch.concatenate``; prompt encodings (a ``condition`` field) whose sequence
+        length (dim 1) varies from batch to batch, as when a pipeline pads prompt embeddings
+        to the longest prompt of a batch (QwenImage), are zero-padded to the longest first:
+        such adapters carry a mask whose zeros mark padding."""
+        if batches and "condition" in {f.name for f in dataclasses.fields(cls)}:
+            conditions = [cast(Any, b).condition for b in batches]
+            widths = _sequence_widths(conditions)
+            if widths:
+                batches = [
+                    dataclasses.replace(
+                        cast(Any, b), condition={**c, **_pad_to(_only(c, widths), widths)}
+                    )
+                    for b, c in zip(batches, conditions, strict=True)
+                ]
+        return super().concatenate(batches)
 
     @property
     @abc.abstractmethod

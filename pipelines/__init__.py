@@ -11,10 +11,15 @@ POLICIES: dict[str, Any] = {
     "toy_video_digits": "pipelines.toy.video_policy:ToyVideoDigitsPolicy",
     # Diffusers flow-matching text-to-image and text-to-video models; flow_image reads the
     # family from the checkpoint's model_index.json.
-    "flow_image": "pipelines.flow_image:flow_image_policy",  # class: RESOLVERS
+    "flow_image": "pipelines.flow_families:flow_image_policy",  # class: RESOLVERS
     "sd3": "pipelines.sd3:SD3Policy",
     "flux": "pipelines.flux:FluxPolicy",
     "sana": "pipelines.sana:SanaPolicy",
+    "lumina2": "pipelines.lumina2:Lumina2Policy",
+    "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
+    "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
+    "zimage": "pipelines.zimage:ZImagePolicy",
+    "chroma": "pipelines.chroma:ChromaPolicy",
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
@@ -27,7 +32,7 @@ POLICIES: dict[str, Any] = {
 
 
 # name -> "module:function" giving the class of a checkpoint (its family's adapter).
-RESOLVERS: dict[str, str] = {"flow_image": "pipelines.flow_image:flow_image_class"}
+RESOLVERS: dict[str, str] = {"flow_image": "pipelines.flow_families:flow_image_class"}
 
 
 def policy_class(name: str, pretrained: str | None = None) -> Any:

@@ -227,6 +227,23 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
 
         return flow_sigmas(num_steps, 1.0 if shift is None else shift)
 
+    def join_conditions(self, condition: Condition, null: Condition) -> Condition:
+        """The conditional and unconditional encodings as one ``[2B, ...]`` batch for CFG
+        (adapters whose prompt embeddings vary in length pad them here)."""
+        return cat_conditions(condition, null)
+
+    def guidance_active(self, sigma: torch.Tensor) -> bool:
+        """Whether CFG needs the unconditional branch at noise levels ``sigma`` ``[B]``."""
+        del sigma
+        return True
+
+    def combine_guidance(
+        self, cond: torch.Tensor, uncond: torch.Tensor, sigma: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """The guided velocity from the two branches: plain CFG ``v_u + g (v_c - v_u)``."""
+        del sigma
+        return uncond + scale * (cond - uncond)
+
     def velocity(
         self,
         latents: torch.Tensor,
@@ -234,23 +251,24 @@ class FlowPolicy(TrainablePolicy, abc.ABC):
         condition: Condition,
         guidance_scale: float = 1.0,
     ) -> torch.Tensor:
-        """Velocity with classifier-free guidance ``v_u + g * (v_c - v_u)`` when ``g != 1``.
+        """Velocity with classifier-free guidance (``combine_guidance``; plain CFG
+        ``v_u + g * (v_c - v_u)`` by default) when ``g != 1``.
 
         Conditional and unconditional branches go through one batched forward; with
         ``detach_uncond`` the unconditional branch is detached so that gradients flow only
         through the conditional one, otherwise through both (``(1 - g) dv_u + g dv_c``).
         """
         module = self._active_module()
-        if guidance_scale == 1.0:
+        if guidance_scale == 1.0 or not self.guidance_active(sigma):
             return self.forward_model(module, latents, sigma, condition)
         both = self.forward_model(
             module,
             torch.cat([latents, latents]),
             torch.cat([sigma, sigma]),
-            cat_conditions(condition, self.null_condition(condition)),
+            self.join_conditions(condition, self.null_condition(condition)),
         )
         # Guidance is combined in float32 so that a bf16 forward does not round the difference.
         cond, uncond = both.float().chunk(2)
         if self.detach_uncond:
             uncond = uncond.detach()
-        return uncond + guidance_scale * (cond - uncond)
+        return self.combine_guidance(cond, uncond, sigma, guidance_scale)

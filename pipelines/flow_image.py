@@ -1,13 +1,16 @@
 """Flow-matching text-to-image models from diffusers as policies: the shared part.
 
-One adapter per model family (``pipelines/sd3.py``, ``flux.py``, ``sana.py``) supplies prompt
-encoding, the transformer call and latent packing; this base class does everything else the
-same way for all of them:
+One adapter per model family (``pipelines/sd3.py``, ``flux.py``, ``sana.py``, ``wan.py``,
+``lumina2.py``, ``qwenimage.py``) supplies prompt encoding and the transformer's inputs, and
+declares what its stock pipeline does differently through the hooks of ``FlowImagePolicy`` (the
+guidance rule, the time input and prediction sign, latent normalisation and packing, masked
+prompt embeddings of varying length; ``pipelines/flow_hooks.py``); this base class does
+everything else the same way for all of them:
 
 * loads the stock pipeline with diffusers' own ``from_pretrained`` (hub id or local directory);
 * encodes each distinct prompt once per batch and reuses the embedding across its group;
 * classifier-free guidance in one batched forward with the unconditional branch detached
-  (``FlowPolicy.velocity``);
+  (``FlowPolicy.velocity``), combined by the family's rule (``Guidance``);
 * LoRA through peft on the attention projections (reference policy = adapter disabled, no second
   copy) or full fine-tuning, gradient checkpointing, low-precision frozen weights;
 * the noise schedule of the pipeline's own scheduler, so that an ODE rollout reproduces
@@ -19,15 +22,37 @@ from __future__ import annotations
 
 import abc
 import inspect
-import warnings
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from pipelines.base import Condition, FlowPolicy
-from pipelines.loading import require_local_or_reachable
+from pipelines.base import Condition, FlowPolicy, prompt_id
+from pipelines.flow_families import (  # the registry; re-exported for older imports
+    FAMILIES,
+    flow_image_class,
+    flow_image_policy,
+    load_pipeline,
+    pipeline_class_name,
+    register_family,
+)
+from pipelines.flow_hooks import (
+    Guidance,
+    check_divisible,
+    join_padded,
+    latent_statistics,
+    module_device,
+)
+
+__all__ = [
+    "FAMILIES",
+    "FlowImagePolicy",
+    "check_divisible",
+    "flow_image_class",
+    "flow_image_policy",
+]
+__all__ += ["pipeline_class_name", "register_family"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -61,6 +86,13 @@ class FlowImagePolicy(FlowPolicy):
             tokens followed by these, so its text sequence is ``77 + max_sequence_length``.
         detach_uncond: with CFG, stop gradients through the unconditional branch (genrl's
             default); False trains both branches, as Flow-GRPO's scripts do.
+        cfg_normalization: rescale the guided velocity to the conditional one's norm
+            (``Guidance.normalize``); None keeps the family's default (on for QwenImage and
+            Lumina2, as their pipelines do, off elsewhere).
+        cfg_cutoff_sigma: no CFG at noise levels below this (``Guidance.cutoff_sigma``; 0: CFG
+            at every step).
+        embedded_guidance: value fed to the guidance embedding of guidance-distilled models
+            (FLUX.1-dev: 3.5 by default); ignored by transformers without one.
         lora_init: peft's ``init_lora_weights`` (True: peft's default; ``"gaussian"``:
             Flow-GRPO's and DiffusionNFT's).
         pipeline: an already built pipeline instead of ``pretrained`` (tests, notebooks).
@@ -68,6 +100,24 @@ class FlowImagePolicy(FlowPolicy):
 
     pipeline_class: ClassVar[str] = ""
     """Class name in ``diffusers`` this adapter drives (checked on load)."""
+    default_guidance: ClassVar[Guidance] = Guidance()
+    """The stock pipeline's CFG rule (plain CFG unless the family's pipeline differs)."""
+    default_embedded_guidance: ClassVar[float | None] = None
+    """Guidance-embedding value of distilled models when ``embedded_guidance`` is not given."""
+    time_input: ClassVar[str] = "timesteps"
+    """What the transformer's ``timestep`` is for noise level ``s`` (see ``model_time``):
+    ``"timesteps"`` ``1000 s`` (SD3, SANA, Wan), ``"sigma"`` ``1000 s`` rounded to the model
+    dtype then divided by 1000 (FLUX, QwenImage), ``"reversed"`` ``1 - 1000 s / 1000``
+    (Lumina2, whose time runs from 0 at noise to 1 at the image)."""
+    prediction_sign: ClassVar[float] = 1.0
+    """-1 when the transformer predicts minus the velocity ``eps - x0`` (Lumina2)."""
+    per_channel_latents: ClassVar[bool] = False
+    """The VAE normalises latents per channel (``latents_mean``/``latents_std``: Wan,
+    QwenImage) rather than by ``scaling_factor``/``shift_factor``."""
+    sequence_masks: ClassVar[dict[str, str]] = {}
+    """``{embedding key: mask key}`` of prompt embeddings whose length varies from batch to
+    batch (padded to the longest prompt, not to a fixed width): CFG pads the conditional and
+    unconditional ones to a common length, masked out."""
 
     def __init__(
         self,
@@ -81,10 +131,22 @@ class FlowImagePolicy(FlowPolicy):
         max_sequence_length: int | None = None,
         detach_uncond: bool = True,
         lora_init: bool | str = True,
+        cfg_normalization: bool | None = None,
+        cfg_cutoff_sigma: float = 0.0,
+        embedded_guidance: float | None = None,
         pipeline: Any = None,
     ) -> None:
         super().__init__()
         self.detach_uncond = detach_uncond
+        self.guidance = Guidance(
+            normalize=(
+                self.default_guidance.normalize if cfg_normalization is None else cfg_normalization
+            ),
+            cutoff_sigma=cfg_cutoff_sigma or self.default_guidance.cutoff_sigma,
+        )
+        self.embedded_guidance = (
+            self.default_embedded_guidance if embedded_guidance is None else embedded_guidance
+        )
         self.lora_init = lora_init
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -114,17 +176,38 @@ class FlowImagePolicy(FlowPolicy):
     def _encode(self, prompts: list[str]) -> Condition:
         """Embeddings of distinct prompts, ``[U, ...]`` per key."""
 
-    @abc.abstractmethod
     def _encode_negative(self) -> Condition:
-        """The unconditional embedding, ``[1, ...]`` per key."""
+        """The unconditional embedding, ``[1, ...]`` per key (by default the negative prompt
+        encoded like a prompt, as FLUX, Wan and QwenImage do)."""
+        return self._encode([self.negative_prompt])
 
     @abc.abstractmethod
+    def _model_inputs(
+        self, latents: torch.Tensor, time: torch.Tensor, condition: Condition
+    ) -> dict[str, Any]:
+        """Keyword arguments of the transformer call (without ``return_dict``) for latents and
+        condition already in the model dtype and the time input ``model_time(sigma)``."""
+
+    def _model_output(self, output: torch.Tensor) -> torch.Tensor:
+        """The transformer's float32 output -> the prediction (e.g. dropping a learned
+        variance); before ``prediction_sign``."""
+        return output
+
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        """One sample's latent shape for an image size (checking the size fits)."""
+        """One sample's latent shape for an image size, checking the size fits: by default
+        ``[C, H/f, W/f]`` with ``f`` the VAE factor and sizes multiples of ``f * patch``."""
+        factor = self.pipe.vae_scale_factor
+        config = self.pipe.transformer.config
+        check_divisible(height, width, factor * config.patch_size, self.pipeline_class)
+        return (config.in_channels, height // factor, width // factor)
 
-    @abc.abstractmethod
-    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        """Clean latents -> VAE output in ``[-1, 1]``."""
+    def _to_vae_layout(self, latents: torch.Tensor) -> torch.Tensor:
+        """Our latents -> the VAE's ``[B, C, ...]`` layout (unpacking tokens, e.g. FLUX)."""
+        return latents
+
+    def _from_vae(self, decoded: torch.Tensor) -> torch.Tensor:
+        """The VAE's output -> images ``[B, 3, H, W]`` or videos ``[B, F, 3, H, W]``."""
+        return decoded
 
     def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
         """Extra ``set_timesteps`` arguments the pipeline passes (e.g. FLUX's ``mu``)."""
@@ -134,30 +217,7 @@ class FlowImagePolicy(FlowPolicy):
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
     def _load(cls, pretrained: str | None, dtype: torch.dtype) -> Any:
-        if not pretrained:
-            raise ValueError(
-                f"{cls.__name__} needs policy.pretrained: a hub id or a local directory of a "
-                f"diffusers {cls.pipeline_class}"
-            )
-        import diffusers
-
-        found = pipeline_class_name(pretrained)
-        if found != cls.pipeline_class and found in FAMILIES:
-            raise ValueError(
-                f"{pretrained!r} holds a {found}, but {cls.__name__} drives a "
-                f"{cls.pipeline_class} (policy.name=flow_image picks the family itself)"
-            )
-        pipeline_class = getattr(diffusers, cls.pipeline_class)
-        try:
-            with warnings.catch_warnings():
-                # Newer diffusers rename torch_dtype to dtype; the old name works everywhere.
-                warnings.filterwarnings("ignore", message=".*torch_dtype.*", category=FutureWarning)
-                return pipeline_class.from_pretrained(pretrained, torch_dtype=dtype)
-        except (OSError, ValueError) as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-            raise ValueError(
-                f"cannot load {pretrained!r} as a {cls.pipeline_class}: {first_line}"
-            ) from err
+        return load_pipeline(cls.pipeline_class, cls.__name__, pretrained, dtype)
 
     def _check_pipeline_class(self) -> None:
         names = {c.__name__ for c in type(self.pipe).__mro__}
@@ -191,17 +251,21 @@ class FlowImagePolicy(FlowPolicy):
         trained network)."""
         device = self.device
         for name, module in self._components().items():
-            if name != "transformer" and _module_device(module) != device:
+            if name != "transformer" and module_device(module) != device:
                 module.to(device)
 
     # -- FlowPolicy ------------------------------------------------------------------------------
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str]) -> Condition:
-        """Each distinct prompt is encoded once; its rows are repeated for its group."""
+        """Each distinct prompt (``prompt_id``: its text, and its dataset row when it has one,
+        since rows of one text may carry different reference images) is encoded once; its rows
+        are repeated for its group."""
         self._place()
-        distinct = list(dict.fromkeys(prompts))
-        index = torch.tensor([distinct.index(p) for p in prompts], device=self.device)
-        encoded = self._encode(distinct)
+        ids = [prompt_id(p) for p in prompts]
+        first = {key: i for i, key in reversed(list(enumerate(ids)))}
+        order = list(dict.fromkeys(ids))
+        index = torch.tensor([order.index(key) for key in ids], device=self.device)
+        encoded = self._encode([prompts[first[key]] for key in order])
         return {k: v[index] for k, v in encoded.items()}
 
     def null_condition(self, condition: Condition) -> Condition:
@@ -221,6 +285,28 @@ class FlowImagePolicy(FlowPolicy):
         images = self._decode_latents(latents.to(vae.device, vae.dtype))
         return (images.float() / 2 + 0.5).clamp(0, 1)
 
+    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Clean latents -> VAE output in ``[-1, 1]``: unpacked, un-normalised, decoded."""
+        latents = self._to_vae_layout(latents)
+        return self._from_vae(self.pipe.vae.decode(self.denormalize(latents), return_dict=False)[0])
+
+    def denormalize(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents in the VAE layout -> the VAE's latent space (``latent * std +
+        mean``, ``flow_hooks.latent_statistics``)."""
+        mean, std = self._latent_statistics(latents)
+        return latents * std + mean
+
+    def normalize(self, latents: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``denormalize`` (VAE-encoded reference images)."""
+        mean, std = self._latent_statistics(latents)
+        return (latents - mean) / std
+
+    def _latent_statistics(self, latents: torch.Tensor) -> tuple[Any, Any]:
+        mean, std = latent_statistics(self.pipe.vae.config, self.per_channel_latents, latents.ndim)
+        if isinstance(mean, torch.Tensor) and isinstance(std, torch.Tensor):
+            return mean.to(latents), std.to(latents)
+        return mean, std
+
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
         """The pipeline scheduler's sigmas for ``num_steps`` (``shift=None``), or a linear
         schedule with the given static shift."""
@@ -235,8 +321,57 @@ class FlowImagePolicy(FlowPolicy):
         return scheduler.sigmas.float().cpu()
 
     def timesteps(self, sigma: torch.Tensor) -> torch.Tensor:
-        """Model time input for noise level ``sigma`` (diffusers schedulers use ``1000 s``)."""
+        """The scheduler's timesteps for noise level ``sigma`` (diffusers schedulers use
+        ``1000 s``)."""
         return sigma.float() * self.pipe.scheduler.config.num_train_timesteps
+
+    def model_time(self, sigma: torch.Tensor) -> torch.Tensor:
+        """The transformer's time input for noise levels ``sigma`` ``[B]`` (``time_input``)."""
+        timesteps = self.timesteps(sigma)
+        if self.time_input == "timesteps":
+            return timesteps
+        scale = self.pipe.scheduler.config.num_train_timesteps
+        if self.time_input == "sigma":
+            return timesteps.to(self.model_dtype) / scale
+        if self.time_input == "reversed":
+            return 1 - timesteps / scale
+        raise ValueError(f"unknown time_input {self.time_input!r} of {type(self).__name__}")
+
+    def forward_model(
+        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
+    ) -> torch.Tensor:
+        """Velocity (float32) of ``module`` (the peft/DDP wrapper or the frozen reference)."""
+        dtype = self.model_dtype
+        typed = {k: v.to(dtype) if v.is_floating_point() else v for k, v in condition.items()}
+        inputs = self._model_inputs(latents.to(dtype), self.model_time(sigma), typed)
+        raw = module(**inputs, return_dict=False)[0]
+        if isinstance(raw, list | tuple):  # one tensor per sample (Z-Image)
+            raw = torch.stack(list(raw))
+        out = self._model_output(raw.float())
+        return -out if self.prediction_sign < 0 else out
+
+    def embedded_guidance_input(self, n: int) -> torch.Tensor | None:
+        """``[n]`` guidance-embedding values for distilled transformers, None without one."""
+        if not self.pipe.transformer.config.get("guidance_embeds", False):
+            return None
+        if self.embedded_guidance is None:
+            raise ValueError(
+                f"{type(self).__name__}: the transformer is guidance-distilled; set "
+                "policy.kwargs.embedded_guidance"
+            )
+        return torch.full((n,), float(self.embedded_guidance), device=self.device)
+
+    def join_conditions(self, condition: Condition, null: Condition) -> Condition:
+        return join_padded(condition, null, self.sequence_masks)
+
+    def guidance_active(self, sigma: torch.Tensor) -> bool:
+        return self.guidance.active(sigma)
+
+    def combine_guidance(
+        self, cond: torch.Tensor, uncond: torch.Tensor, sigma: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """The family's CFG rule (``self.guidance``: plain, norm-rescaled, cut off)."""
+        return self.guidance.combine(cond, uncond, sigma, scale)
 
     def default_lora_targets(self) -> list[str]:
         return list(ATTENTION_PROJECTIONS)
@@ -254,100 +389,6 @@ class FlowImagePolicy(FlowPolicy):
         """LoRA: diffusers LoRA weights (``pipe.load_lora_weights(directory)`` on the stock
         pipeline reproduces our samples). Full fine-tune: the transformer's ``save_pretrained``
         in ``directory/transformer`` (load it and pass ``transformer=`` to the pipeline)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        if not self.is_lora:
-            self.pipe.transformer.save_pretrained(directory / "transformer")
-            return directory
-        from peft.utils import get_peft_model_state_dict
+        from pipelines.flow_export import export_diffusers
 
-        state = get_peft_model_state_dict(self.network)
-        prefix = "base_model.model."
-        state = {k.removeprefix(prefix): v.detach().cpu().contiguous() for k, v in state.items()}
-        config: Any = cast(Any, self.network).peft_config["default"]  # a peft LoraConfig
-        kwargs: dict[str, Any] = {"transformer_lora_layers": state}
-        save = type(self.pipe).save_lora_weights
-        if "transformer_lora_adapter_metadata" in inspect.signature(save).parameters:
-            # Keeps lora_alpha and the targets, so a loaded adapter has our scaling.
-            kwargs["transformer_lora_adapter_metadata"] = _lora_metadata(config)
-        elif config.lora_alpha != config.r:
-            # Older diffusers load every adapter with alpha = r: fold our alpha / r into B.
-            scale = config.lora_alpha / config.r
-            state = {k: v * scale if ".lora_B." in k else v for k, v in state.items()}
-            kwargs["transformer_lora_layers"] = state
-        save(str(directory), **kwargs)
-        return directory
-
-
-def check_divisible(height: int, width: int, multiple: int, family: str = "this model") -> None:
-    """Raise a clear error when the image size does not fit the latent grid."""
-    if height % multiple or width % multiple:
-        raise ValueError(
-            f"height and width must be multiples of {multiple} for {family}, got {height}x{width}"
-        )
-
-
-def _module_device(module: nn.Module) -> torch.device:
-    for parameter in module.parameters():
-        return parameter.device
-    return torch.device("cpu")
-
-
-def _lora_metadata(config: Any) -> dict[str, Any]:
-    targets = config.target_modules
-    return {
-        "r": config.r,
-        "lora_alpha": config.lora_alpha,
-        "target_modules": sorted(targets) if isinstance(targets, set | list) else targets,
-        "lora_dropout": config.lora_dropout,
-        "bias": config.bias,
-        "use_dora": getattr(config, "use_dora", False),
-    }
-
-
-FAMILIES: dict[str, str] = {
-    "StableDiffusion3Pipeline": "pipelines.sd3:SD3Policy",
-    "FluxPipeline": "pipelines.flux:FluxPolicy",
-    "SanaPipeline": "pipelines.sana:SanaPolicy",
-    "WanPipeline": "pipelines.wan:WanPolicy",
-}
-
-
-def pipeline_class_name(pretrained: str) -> str:
-    """The pipeline class recorded in a checkpoint's ``model_index.json`` (the first file any
-    build reads, so the offline check happens here)."""
-    from diffusers import DiffusionPipeline
-
-    require_local_or_reachable(
-        pretrained, "--set policy.pretrained=DIR (a directory written by save_pretrained)"
-    )
-    try:
-        return str(DiffusionPipeline.load_config(pretrained)["_class_name"])
-    except (OSError, ValueError, KeyError) as err:
-        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
-        raise ValueError(
-            f"cannot read the pipeline config of {pretrained!r}: {first_line}"
-        ) from err
-
-
-def flow_image_policy(pretrained: str | None = None, **kwargs: Any) -> FlowImagePolicy:
-    """Build the adapter of whatever family ``pretrained`` is (read from its
-    ``model_index.json``)."""
-    return flow_image_class(pretrained)(pretrained, **kwargs)
-
-
-def flow_image_class(pretrained: str | None) -> type[FlowImagePolicy]:
-    """The adapter class of the family ``pretrained`` belongs to."""
-    if not pretrained:
-        raise ValueError("policy flow_image needs policy.pretrained: a hub id or a directory")
-    import importlib
-
-    class_name = pipeline_class_name(pretrained)
-    if class_name not in FAMILIES:
-        raise ValueError(
-            f"{pretrained!r} is a {class_name}; supported: {', '.join(FAMILIES)} "
-            "(docs/porting_a_diffusers_model.md shows how to add one)"
-        )
-    module_name, cls_name = FAMILIES[class_name].split(":")
-    cls: type[FlowImagePolicy] = getattr(importlib.import_module(module_name), cls_name)
-    return cls
+        return export_diffusers(self, directory)

@@ -11,29 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
 from pipelines.base import Condition
+from pipelines.flow_hooks import flux_style_schedule
 from pipelines.flow_image import FlowImagePolicy, check_divisible
 
 
 class FluxPolicy(FlowImagePolicy):
-    """FLUX.1-dev/schnell. Arguments of ``FlowImagePolicy`` plus:
-
-    Args:
-        embedded_guidance: value of the guidance embedding for guidance-distilled models
-            (FLUX.1-dev: 3.5; ignored by models without one, such as schnell).
-    """
+    """FLUX.1-dev/schnell; see ``FlowImagePolicy`` for the arguments (``embedded_guidance``
+    defaults to FLUX.1-dev's 3.5 and is ignored by models without the embedding, such as
+    schnell)."""
 
     pipeline_class = "FluxPipeline"
-
-    def __init__(
-        self, pretrained: str | None = None, *, embedded_guidance: float = 3.5, **kwargs: Any
-    ):
-        self.embedded_guidance = embedded_guidance
-        super().__init__(pretrained, **kwargs)
+    default_embedded_guidance = 3.5
+    time_input = "sigma"  # the pipeline rounds 1000 * sigma to the latent dtype, then / 1000
 
     def _encode(self, prompts: list[str]) -> Condition:
         embeds, pooled, _ = self.pipe.encode_prompt(
@@ -44,9 +36,6 @@ class FluxPolicy(FlowImagePolicy):
         )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
-    def _encode_negative(self) -> Condition:
-        return self._encode([self.negative_prompt])
-
     def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
         factor = self.pipe.vae_scale_factor
         check_divisible(height, width, factor * 2, "FLUX (VAE factor x 2x2 packing)")
@@ -54,49 +43,25 @@ class FluxPolicy(FlowImagePolicy):
         return ((height // factor // 2) * (width // factor // 2), channels)
 
     def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
-        # As FluxPipeline: sigmas linspace(1, 1/N, N), shifted by mu from the token count.
-        from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+        return flux_style_schedule(self.pipe.scheduler.config, self.latent_shape[0], num_steps)
 
-        config = self.pipe.scheduler.config
-        mu = calculate_shift(
-            self.latent_shape[0],
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 4096),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.15),
-        )
-        return {"sigmas": np.linspace(1.0, 1 / num_steps, num_steps), "mu": mu}
-
-    def forward_model(
-        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
-    ) -> torch.Tensor:
-        dtype = self.model_dtype
-        n, device = latents.shape[0], latents.device
-        guidance = None
-        if self.pipe.transformer.config.guidance_embeds:
-            guidance = torch.full((n,), self.embedded_guidance, device=device)
+    def _model_inputs(
+        self, latents: torch.Tensor, time: torch.Tensor, condition: Condition
+    ) -> dict[str, Any]:
+        n, device, dtype = latents.shape[0], latents.device, latents.dtype
         factor = self.pipe.vae_scale_factor
         h, w = self.height // factor, self.width // factor
-        image_ids = self.pipe._prepare_latent_image_ids(n, h // 2, w // 2, device, dtype)
-        embeds = condition["prompt_embeds"].to(dtype)
-        text_ids = torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype)
-        # The pipeline rounds 1000 * sigma to the latent dtype before dividing by 1000.
-        timestep = self.timesteps(sigma).to(dtype) / 1000
-        out = module(
-            hidden_states=latents.to(dtype),
-            timestep=timestep,
-            guidance=guidance,
-            pooled_projections=condition["pooled_prompt_embeds"].to(dtype),
-            encoder_hidden_states=embeds,
-            txt_ids=text_ids,
-            img_ids=image_ids,
-            return_dict=False,
-        )[0]
-        return out.float()
+        embeds = condition["prompt_embeds"]
+        return {
+            "hidden_states": latents,
+            "timestep": time,
+            "guidance": self.embedded_guidance_input(n),
+            "pooled_projections": condition["pooled_prompt_embeds"],
+            "encoder_hidden_states": embeds,
+            "txt_ids": torch.zeros(embeds.shape[1], 3, device=device, dtype=dtype),
+            "img_ids": self.pipe._prepare_latent_image_ids(n, h // 2, w // 2, device, dtype),
+        }
 
-    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        config = self.pipe.vae.config
+    def _to_vae_layout(self, latents: torch.Tensor) -> torch.Tensor:
         factor = self.pipe.vae_scale_factor
-        latents = self.pipe._unpack_latents(latents, self.height, self.width, factor)
-        latents = latents / config.scaling_factor + config.shift_factor
-        return self.pipe.vae.decode(latents, return_dict=False)[0]
+        return self.pipe._unpack_latents(latents, self.height, self.width, factor)

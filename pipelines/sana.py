@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from pipelines.base import Condition
-from pipelines.flow_image import FlowImagePolicy, check_divisible
+from pipelines.flow_image import FlowImagePolicy
 
 
 class SanaPolicy(FlowImagePolicy):
@@ -66,12 +65,6 @@ class SanaPolicy(FlowImagePolicy):
         )
         return {"prompt_embeds": embeds, "prompt_attention_mask": mask}
 
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        factor = self.pipe.vae_scale_factor
-        check_divisible(height, width, factor * self.pipe.transformer.config.patch_size, "SANA")
-        channels = self.pipe.transformer.config.in_channels
-        return (channels, height // factor, width // factor)
-
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
         if shift is None and "flow_shift" in self.pipe.scheduler.config:
             # DPM-Solver config: Euler on its flow-shifted sigmas.
@@ -83,22 +76,18 @@ class SanaPolicy(FlowImagePolicy):
             return scheduler.sigmas.float().cpu()
         return super().sigma_schedule(num_steps, shift)
 
-    def forward_model(
-        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
-    ) -> torch.Tensor:
-        config = self.pipe.transformer.config
-        dtype = self.model_dtype
-        out = module(
-            latents.to(dtype),
-            encoder_hidden_states=condition["prompt_embeds"].to(dtype),
-            encoder_attention_mask=condition["prompt_attention_mask"],
-            timestep=self.timesteps(sigma) * config.timestep_scale,
-            return_dict=False,
-        )[0].float()
-        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the mean
-            out = out.chunk(2, dim=1)[0]
-        return out
+    def _model_inputs(
+        self, latents: torch.Tensor, time: torch.Tensor, condition: Condition
+    ) -> dict[str, Any]:
+        return {
+            "hidden_states": latents,
+            "encoder_hidden_states": condition["prompt_embeds"],
+            "encoder_attention_mask": condition["prompt_attention_mask"],
+            "timestep": time * self.pipe.transformer.config.timestep_scale,
+        }
 
-    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        latents = latents / self.pipe.vae.config.scaling_factor
-        return self.pipe.vae.decode(latents, return_dict=False)[0]
+    def _model_output(self, output: torch.Tensor) -> torch.Tensor:
+        config = self.pipe.transformer.config
+        if config.out_channels // 2 == config.in_channels:  # learned sigma: keep the mean
+            return output.chunk(2, dim=1)[0]
+        return output

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from pipelines.base import Condition
-from pipelines.flow_image import FlowImagePolicy, check_divisible
+from pipelines.flow_hooks import dynamic_shift
+from pipelines.flow_image import FlowImagePolicy
 
 
 class SD3Policy(FlowImagePolicy):
@@ -46,46 +46,21 @@ class SD3Policy(FlowImagePolicy):
 
     def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
         """``mu`` from the image token count when the scheduler shifts by resolution, as
-        ``StableDiffusion3Pipeline`` computes it."""
+        ``StableDiffusion3Pipeline`` computes it (its default ``max_shift`` is 1.16)."""
         del num_steps
         config = self.pipe.scheduler.config
         if not config.get("use_dynamic_shifting", False):
             return {}
-        from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3 import (
-            calculate_shift,
-        )
-
         patch = self.pipe.transformer.config.patch_size
         tokens = (self.latent_shape[1] // patch) * (self.latent_shape[2] // patch)
-        mu = calculate_shift(
-            tokens,
-            config.get("base_image_seq_len", 256),
-            config.get("max_image_seq_len", 4096),
-            config.get("base_shift", 0.5),
-            config.get("max_shift", 1.16),
-        )
-        return {"mu": mu}
+        return {"mu": dynamic_shift({"max_shift": 1.16, **config}, tokens)}
 
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        factor = self.pipe.vae_scale_factor
-        check_divisible(height, width, factor * self.pipe.transformer.config.patch_size)
-        channels = self.pipe.transformer.config.in_channels
-        return (channels, height // factor, width // factor)
-
-    def forward_model(
-        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
-    ) -> torch.Tensor:
-        dtype = self.model_dtype
-        out = module(
-            hidden_states=latents.to(dtype),
-            timestep=self.timesteps(sigma),
-            encoder_hidden_states=condition["prompt_embeds"].to(dtype),
-            pooled_projections=condition["pooled_prompt_embeds"].to(dtype),
-            return_dict=False,
-        )[0]
-        return out.float()
-
-    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        config = self.pipe.vae.config
-        latents = latents / config.scaling_factor + config.shift_factor
-        return self.pipe.vae.decode(latents, return_dict=False)[0]
+    def _model_inputs(
+        self, latents: torch.Tensor, time: torch.Tensor, condition: Condition
+    ) -> dict[str, Any]:
+        return {
+            "hidden_states": latents,
+            "timestep": time,
+            "encoder_hidden_states": condition["prompt_embeds"],
+            "pooled_projections": condition["pooled_prompt_embeds"],
+        }

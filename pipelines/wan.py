@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from pipelines.base import Condition
 from pipelines.flow_image import FlowImagePolicy
@@ -50,6 +49,7 @@ class WanPolicy(FlowImagePolicy):
     """
 
     pipeline_class = "WanPipeline"
+    per_channel_latents = True
 
     def __init__(
         self,
@@ -82,10 +82,6 @@ class WanPolicy(FlowImagePolicy):
             device=self.device,
         )
         return {"prompt_embeds": embeds}
-
-    def _encode_negative(self) -> Condition:
-        # WanPipeline encodes its negative prompt exactly like a prompt (same cleaning, padding).
-        return self._encode([self.negative_prompt])
 
     def _image_size(self, height: int | None, width: int | None) -> tuple[int, int]:
         return height or self._call_default("height", 480), width or self._call_default(
@@ -127,30 +123,20 @@ class WanPolicy(FlowImagePolicy):
             sigmas[0] = 1.0
         return sigmas
 
-    def forward_model(
-        self, module: nn.Module, latents: torch.Tensor, sigma: torch.Tensor, condition: Condition
-    ) -> torch.Tensor:
-        dtype = self.model_dtype
-        timestep = self.timesteps(sigma)
+    def _model_inputs(
+        self, latents: torch.Tensor, time: torch.Tensor, condition: Condition
+    ) -> dict[str, Any]:
         if self.pipe.config.get("expand_timesteps", False):
             # One time per latent token (TI2V-5B); text-to-video denoises every token alike.
             patch_f, patch_h, patch_w = self.pipe.transformer.config.patch_size
             _, frames, height, width = self.latent_shape
             tokens = (frames // patch_f) * (height // patch_h) * (width // patch_w)
-            timestep = timestep[:, None].expand(-1, tokens)
-        out = module(
-            hidden_states=latents.to(dtype),
-            timestep=timestep,
-            encoder_hidden_states=condition["prompt_embeds"].to(dtype),
-            return_dict=False,
-        )[0]
-        return out.float()
+            time = time[:, None].expand(-1, tokens)
+        return {
+            "hidden_states": latents,
+            "timestep": time,
+            "encoder_hidden_states": condition["prompt_embeds"],
+        }
 
-    def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        config = self.pipe.vae.config
-        shape = (1, config.z_dim, 1, 1, 1)
-        mean = torch.tensor(config.latents_mean, device=latents.device).view(shape)
-        std = torch.tensor(config.latents_std, device=latents.device).view(shape)
-        latents = latents * std.to(latents.dtype) + mean.to(latents.dtype)
-        video = self.pipe.vae.decode(latents, return_dict=False)[0]  # [B, 3, F, H, W]
-        return video.permute(0, 2, 1, 3, 4)
+    def _from_vae(self, decoded: torch.Tensor) -> torch.Tensor:
+        return decoded.permute(0, 2, 1, 3, 4)  # [B, 3, F, H, W] -> [B, F, 3, H, W]

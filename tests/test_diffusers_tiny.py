@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 import torch
-from diffusers import DiffusionPipeline, FluxPipeline, SanaPipeline, StableDiffusion3Pipeline
+from diffusers import (
+    ChromaPipeline,
+    DiffusionPipeline,
+    FluxPipeline,
+    Lumina2Pipeline,
+    QwenImagePipeline,
+    SanaPipeline,
+    StableDiffusion3Pipeline,
+    ZImagePipeline,
+)
 from diffusers_tiny import (
     FIXTURES,
     build_flux,
@@ -24,6 +33,13 @@ from diffusers_tiny import (
     clip_tokenizer,
     gemma_tokenizer,
     t5_tokenizer,
+)
+from diffusers_tiny_families import (
+    build_chroma,
+    build_lumina2,
+    build_qwenimage,
+    build_zimage,
+    qwen2_tokenizer,
 )
 
 PROMPT = "a photo of a red cat"
@@ -45,6 +61,19 @@ FAMILIES: dict[
         },
         (1, 4, 8, 8),
     ),
+    # Lumina2: 8x VAE, latents (4, 4, 4); a short system prompt so that the prompt fits.
+    "lumina2": (
+        build_lumina2,
+        Lumina2Pipeline,
+        {"max_sequence_length": 24, "system_prompt": "Draw the prompt."},
+        (1, 4, 4, 4),
+    ),
+    # QwenImage latents come back packed: (batch, (32/8/2)**2 patches, 4 channels * 2 * 2).
+    "qwenimage": (build_qwenimage, QwenImagePipeline, {}, (1, 4, 16)),
+    # Chroma: FLUX's packed latents, T5 context cut to 16 tokens.
+    "chroma": (build_chroma, ChromaPipeline, {"max_sequence_length": 16}, (1, 16, 16)),
+    # Z-Image: 4x VAE, latents (4, 8, 8), padded Qwen3 context cut to 64 tokens.
+    "zimage": (build_zimage, ZImagePipeline, {"max_sequence_length": 64}, (1, 4, 8, 8)),
 }
 
 
@@ -100,9 +129,25 @@ def test_make_tokenizers_reproduces_the_committed_files(tmp_path: Path) -> None:
         ("clip_tokenizer", module.write_clip),
         ("t5_tokenizer", module.write_t5),
         ("gemma_tokenizer", module.write_gemma),
+        ("qwen2_tokenizer", module.write_qwen2),
     ]:
         write(tmp_path / name)
         assert _digests(tmp_path / name) == _digests(FIXTURES / name), name
+
+
+def test_qwen2_tokenizer_splits_the_qwenimage_template_like_the_real_one(tmp_path: Path) -> None:
+    """QwenImagePipeline drops the first 34 tokens of its chat template (the system turn and
+    the user turn's header: 34 tokens with Qwen2.5-VL's tokenizer); the tiny tokenizer splits
+    that prefix into whole-word tokens, 34 of them, so what remains is the prompt's."""
+    pipe = QwenImagePipeline.from_pretrained(build_qwenimage(tmp_path / "qwen"))
+    template, drop = pipe.prompt_template_encode, pipe.prompt_template_encode_start_idx
+    assert drop == 34
+    tokenizer = qwen2_tokenizer()
+    assert len(tokenizer(template.split("{}")[0]).input_ids) == drop
+    ids = tokenizer(template.format(PROMPT)).input_ids
+    # The prompt, then the template's tail (kept by the pipeline, as with the real tokenizer).
+    assert tokenizer.decode(ids[drop:], skip_special_tokens=True) == PROMPT + "\nassistant\n"
+    assert tokenizer.pad_token_id == tokenizer.convert_tokens_to_ids("<|endoftext|>")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

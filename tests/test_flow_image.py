@@ -1,4 +1,5 @@
-"""The diffusers flow adapters (SD3, FLUX, SANA) on tiny random pipelines loaded from disk.
+"""The diffusers flow adapters (SD3, FLUX, SANA, Lumina2, QwenImage) on tiny random pipelines
+loaded from disk, each family described once in ``family_table.FAMILIES``.
 
 Every test goes through the user's path: ``save_pretrained`` -> our loader -> sampling/training,
 and checks against the stock diffusers pipeline where one exists.
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from diffusers_tiny import build_flux, build_sana, build_sd3
+from family_table import FAMILIES, PROMPTS, SIZE, family_kwargs, pipe_call
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
 from genrl.config import (
@@ -27,40 +28,22 @@ from genrl.config import (
 from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
 
-FAMILIES = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}
-PROMPTS = ["a red cat", "a blue dog"]
-SIZE = {"height": 32, "width": 32}
-
-
-def family_kwargs(family: str) -> dict:
-    # SANA's default instruction prefix is ~100 words; a short context keeps the tests fast.
-    extra = {"max_sequence_length": 16, "complex_human_instruction": None}
-    return {**SIZE, **(extra if family == "sana" else {})}
-
 
 @pytest.fixture(scope="module")
 def pipeline_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pipelines")
-    return {name: build(root / name) for name, build in FAMILIES.items()}
+    return {name: family.build(root / name) for name, family in FAMILIES.items()}
 
 
-def pipe_call(policy, family: str, noise: torch.Tensor, guidance: float, output_type: str):
-    """The stock pipeline's own ``__call__`` with settings equal to the adapter's."""
-    kwargs: dict = {"guidance_scale": guidance}
-    if family == "flux":  # guidance-distilled: embedded guidance + true CFG on top
-        kwargs = {"guidance_scale": 3.5, "true_cfg_scale": guidance, "negative_prompt": ""}
-    if family == "sana":
-        kwargs.update(
-            use_resolution_binning=False, max_sequence_length=16, complex_human_instruction=None
-        )
-    return policy.pipe(
-        prompt=PROMPTS,
-        latents=noise.clone(),
-        num_inference_steps=4,
-        output_type=output_type,
-        **SIZE,
-        **kwargs,
-    ).images
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_stock_call_applies_guidance(pipeline_dirs, family: str) -> None:
+    """The table's guidance arguments really turn CFG on in the stock call (a pipeline that
+    ignores them would make the CFG equality test compare against an unguided call)."""
+    policy = build_policy(family, pretrained=str(pipeline_dirs[family]), **family_kwargs(family))
+    noise = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    plain = pipe_call(policy, family, noise, 1.0, "latent")
+    guided = pipe_call(policy, family, noise, 4.5, "latent")
+    assert (plain - guided).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
