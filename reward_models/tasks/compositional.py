@@ -153,9 +153,7 @@ def all_specs() -> tuple[Spec, ...]:
     specs += [Spec("two_object", (a, b)) for a in one for b in one if a != b]
     specs += [Spec("counting", (ObjectSpec(s, None, n),)) for n in NUMBERS.values() for s in SHAPES]
     specs += [Spec("colors", (o,)) for o in coloured]
-    specs += [
-        Spec("position", (a, b), r) for r in RELATIONS for a in one for b in one if a != b
-    ]
+    specs += [Spec("position", (a, b), r) for r in RELATIONS for a in one for b in one if a != b]
     specs += [
         Spec("color_attr", (a, b)) for a in coloured for b in coloured if a.colour != b.colour
     ]
