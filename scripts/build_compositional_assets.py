@@ -94,7 +94,7 @@ SCORER |= {
     "canvases; brightness x U(0.7, 1.1); box blur on a quarter; noise std ~ U(0, 0.1); clamp"
 }
 FLOW: dict[str, Any] = {
-    "config": {"hidden_dim": 256, "num_layers": 3, "text_dim": 64, "text_layers": 2},
+    "config": {"hidden_dim": 128, "num_layers": 3, "text_dim": 64, "text_layers": 2},
     "seed": 0,
 }
 FLOW |= {"steps": 3000, "batch_size": 128, "lr": 1e-3, "optimizer": "Adam"}

@@ -1,9 +1,9 @@
 """The compositional task's generator: a tiny text-conditioned flow model of 32x32 RGB scenes.
 
 The prompt's words (a fixed word-level vocabulary, ``VOCAB``) go through a small transformer
-encoder; learned queries attend over its outputs and their concatenation is the text vector
-that, with the noise level's embedding, scales and shifts (adaLN) every block of a residual MLP
-over the flattened canvas. Canvases in ``[0, 1]`` map to the model's space as ``x0 = 2 p - 1``
+encoder; the canvas's four grid cells are the tokens of a small transformer that cross-attends
+to the words, modulated (adaLN) by the noise level and a pooled text vector
+(``CompositionalFlowModel``). Canvases in ``[0, 1]`` map to the model's space as ``x0 = 2 p - 1``
 (``pipelines.toy.models.to_pixels`` / ``from_pixels``).
 
 Flow convention as in ``pipelines.toy.models``: ``x_s = (1 - s) x0 + s eps``, the velocity is
@@ -23,10 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.toy.models import _FlowBlock, embedded_asset_path, timestep_embedding
+from pipelines.toy.models import embedded_asset_path, timestep_embedding
 from reward_models.tasks.compositional import (
     CANVAS,
+    CELL,
     COLOUR_NAMES,
+    GRID,
     NUMBERS,
     PLURALS,
     RELATIONS,
@@ -105,37 +107,76 @@ class _TextBlock(nn.Module):
         return h + self.ff2(F.gelu(self.ff1(self.norm2(h))))
 
 
+class _CellBlock(nn.Module):
+    """One generator layer over the cell tokens: self-attention among the cells and an MLP,
+    both modulated (adaLN) by the noise level and the pooled text, and cross-attention from
+    every cell to the prompt's tokens."""
+
+    def __init__(self, dim: int, text_dim: int, cond_dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ada = nn.Linear(cond_dim, 4 * dim)
+        self.norm1 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.attn = _Attention(dim, heads)
+        self.norm_cross = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(text_dim, 2 * dim)
+        self.cross_out = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim, elementwise_affine=False)
+        self.fc1, self.fc2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+
+    def forward(
+        self, h: torch.Tensor, cond: torch.Tensor, text: torch.Tensor, keep: torch.Tensor
+    ) -> torch.Tensor:
+        batch, cells, dim = h.shape
+        scale1, shift1, scale2, shift2 = self.ada(cond)[:, None].chunk(4, dim=-1)
+        every = torch.ones(batch, cells, dtype=torch.bool, device=h.device)
+        h = h + self.attn(self.norm1(h) * (1 + scale1) + shift1, every)
+        q = self.q(self.norm_cross(h)).reshape(batch, cells, self.heads, -1).transpose(1, 2)
+        k, v = self.kv(text).reshape(batch, text.shape[1], 2, self.heads, -1).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+        h = h + self.cross_out(out.transpose(1, 2).reshape(batch, cells, dim))
+        return h + self.fc2(F.silu(self.fc1(self.norm2(h) * (1 + scale2) + shift2)))
+
+
 class CompositionalFlowModel(nn.Module):
     """Text-conditioned flow-matching model of ``[3, 32, 32]`` canvases.
 
     Text path: token and position embeddings (``text_dim``), ``text_layers`` transformer
-    layers, ``text_queries`` learned queries attending over the tokens (padding masked), their
-    outputs concatenated and projected to the conditioning vector. Image path: an adaLN
-    residual MLP (``hidden_dim``, ``num_layers`` blocks) from the noisy canvas to the clean
-    one. No dropout or batch norm, so ``train()`` and ``eval()`` agree.
+    layers; ``text_queries`` learned queries attend over the outputs (padding masked) and
+    their concatenation, projected, joins the noise level's embedding as the adaLN vector.
+    Image path: each of the ``GRID x GRID`` cells of the noisy canvas is a token
+    (``in_proj`` of its pixels plus a learned cell embedding, ``hidden_dim`` wide);
+    ``num_layers`` blocks of self-attention among the cells, cross-attention to the text
+    tokens and an MLP; ``out_proj`` maps each token back to its cell's clean pixels. Weights
+    are shared over cells, so a shape is learned once for every place, and the attention
+    decides which cell draws which object of the prompt. No dropout or batch norm, so
+    ``train()`` and ``eval()`` agree.
 
-    Linear modules meant for LoRA (``lora_target_modules``): ``in_proj``, ``blocks.{i}.ada``,
-    ``blocks.{i}.fc1``, ``blocks.{i}.fc2``, ``out_proj``, the text layers' ``qkv``, ``proj``,
-    ``ff1``, ``ff2`` and the pooling's ``kv`` and ``text_out``.
+    Linear modules meant for LoRA (``lora_target_modules``): ``in_proj``, ``out_proj``, the
+    blocks' ``ada``, ``qkv``, ``proj``, ``q``, ``kv``, ``cross_out``, ``fc1``, ``fc2``, the
+    text layers' ``qkv``, ``proj``, ``ff1``, ``ff2`` and the pooling's ``kv`` and ``text_out``.
     """
 
     lora_target_modules: list[str] = [  # noqa: RUF012
         "in_proj",
-        "fc1",
-        "fc2",
-        "ada",
         "out_proj",
+        "ada",
         "qkv",
         "proj",
+        "q",
+        "kv",
+        "cross_out",
+        "fc1",
+        "fc2",
         "ff1",
         "ff2",
-        "kv",
         "text_out",
     ]
 
     def __init__(
         self,
-        hidden_dim: int = 256,
+        hidden_dim: int = 128,
         num_layers: int = 3,
         text_dim: int = 64,
         text_layers: int = 2,
@@ -144,12 +185,10 @@ class CompositionalFlowModel(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("hidden_dim", hidden_dim), ("text_dim", text_dim)):
-            if value < 2 or value % 2:
-                raise ValueError(f"{name} must be an even integer >= 2, got {value}")
+            if value < 2 or value % 2 or value % heads:
+                raise ValueError(f"{name} must be even and divisible by heads, got {value}")
         if num_layers < 1 or text_layers < 0 or text_queries < 1:
             raise ValueError("num_layers and text_queries must be >= 1, text_layers >= 0")
-        if text_dim % heads:
-            raise ValueError(f"text_dim {text_dim} is not divisible by heads {heads}")
         self.hidden_dim, self.num_layers = hidden_dim, num_layers
         self.text_dim, self.text_layers, self.text_queries, self.heads = (
             text_dim,
@@ -158,21 +197,23 @@ class CompositionalFlowModel(nn.Module):
             heads,
         )
         self.event_shape = (3, CANVAS, CANVAS)
-        values = 3 * CANVAS * CANVAS
-        cond_dim = hidden_dim // 2
+        cond_dim = hidden_dim
         self.token_emb = nn.Embedding(len(VOCAB), text_dim)
         self.pos_emb = nn.Parameter(torch.randn(MAX_TOKENS, text_dim) * 0.02)
         self.text_blocks = nn.ModuleList(_TextBlock(text_dim, heads) for _ in range(text_layers))
         self.text_norm = nn.LayerNorm(text_dim)
         self.queries = nn.Parameter(torch.randn(text_queries, text_dim) * 0.02)
-        self.kv = nn.Linear(text_dim, 2 * text_dim)
+        self.pool_kv = nn.Linear(text_dim, 2 * text_dim)
         self.text_out = nn.Linear(text_queries * text_dim, cond_dim)
         self.time_fc1 = nn.Linear(cond_dim, cond_dim)
         self.time_fc2 = nn.Linear(cond_dim, cond_dim)
-        self.in_proj = nn.Linear(values, hidden_dim)
-        self.blocks = nn.ModuleList(_FlowBlock(hidden_dim, cond_dim) for _ in range(num_layers))
+        self.in_proj = nn.Linear(3 * CELL * CELL, hidden_dim)
+        self.cell_emb = nn.Parameter(torch.randn(GRID * GRID, hidden_dim) * 0.02)
+        self.blocks = nn.ModuleList(
+            _CellBlock(hidden_dim, text_dim, cond_dim, heads) for _ in range(num_layers)
+        )
         self.out_norm = nn.LayerNorm(hidden_dim, elementwise_affine=False)
-        self.out_proj = nn.Linear(hidden_dim, values)
+        self.out_proj = nn.Linear(hidden_dim, 3 * CELL * CELL)
 
     @property
     def config(self) -> dict[str, int]:
@@ -186,24 +227,26 @@ class CompositionalFlowModel(nn.Module):
             "heads": self.heads,
         }
 
-    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Conditioning vectors ``[B, hidden_dim // 2]`` of token ids ``[B, MAX_TOKENS]``."""
+    def encode_text(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Text features ``[B, MAX_TOKENS, text_dim]``, their keep mask ``[B, MAX_TOKENS]``
+        (False on padding) and the pooled vector ``[B, hidden_dim]`` of token ids
+        ``[B, MAX_TOKENS]``."""
         if tokens.ndim != 2 or tokens.shape[1] != MAX_TOKENS:
             raise ValueError(f"tokens must be [B, {MAX_TOKENS}], got {tuple(tokens.shape)}")
         keep = tokens != VOCAB.index(PAD)
         h = self.token_emb(tokens) + self.pos_emb
         for block in self.text_blocks:
             h = block(h, keep)
-        k, v = self.kv(self.text_norm(h)).chunk(2, dim=-1)
-        heads = self.heads
-        batch = tokens.shape[0]
+        h = self.text_norm(h)
+        k, v = self.pool_kv(h).chunk(2, dim=-1)
+        heads, batch = self.heads, tokens.shape[0]
         q = self.queries.expand(batch, -1, -1).reshape(batch, self.text_queries, heads, -1)
         k = k.reshape(batch, MAX_TOKENS, heads, -1)
         v = v.reshape(batch, MAX_TOKENS, heads, -1)
         pooled = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=keep[:, None, None]
         )
-        return self.text_out(pooled.transpose(1, 2).reshape(batch, -1))
+        return h, keep, self.text_out(pooled.transpose(1, 2).reshape(batch, -1))
 
     def clean(
         self, x: torch.Tensor, sigma: torch.Tensor | float, tokens: torch.Tensor
@@ -218,12 +261,17 @@ class CompositionalFlowModel(nn.Module):
             raise ValueError(
                 f"batch {batch} but sigma/tokens have {sigma.shape[0]}/{tokens.shape[0]} entries"
             )
+        text, keep, pooled = self.encode_text(tokens)
         temb = timestep_embedding(sigma, self.time_fc1.in_features)
-        cond = F.silu(self.time_fc2(F.silu(self.time_fc1(temb))) + self.encode_text(tokens))
-        h = self.in_proj(x.reshape(batch, -1).to(self.in_proj.weight.dtype))
+        cond = F.silu(self.time_fc2(F.silu(self.time_fc1(temb))) + pooled)
+        # [B, 3, GRID, CELL, GRID, CELL] -> [B, GRID * GRID, 3 * CELL * CELL], rows then columns.
+        cells = x.to(self.in_proj.weight.dtype).reshape(batch, 3, GRID, CELL, GRID, CELL)
+        cells = cells.permute(0, 2, 4, 1, 3, 5).reshape(batch, GRID * GRID, -1)
+        h = self.in_proj(cells) + self.cell_emb
         for block in self.blocks:
-            h = block(h, cond)
-        return self.out_proj(self.out_norm(h)).reshape(batch, *self.event_shape)
+            h = block(h, cond, text, keep)
+        out = self.out_proj(self.out_norm(h)).reshape(batch, GRID, GRID, 3, CELL, CELL)
+        return out.permute(0, 3, 1, 4, 2, 5).reshape(batch, *self.event_shape)
 
     def forward(
         self, x: torch.Tensor, sigma: torch.Tensor | float, tokens: torch.Tensor

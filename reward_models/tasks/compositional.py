@@ -220,10 +220,10 @@ def parse_prompt(prompt: str) -> Spec:
         raise ValueError(f"prompt {prompt!r} names several relations {relations}; at most one")
     if relations:
         first, second = _RELATION.split(f" {text} ", maxsplit=1)[0::2]
-        objects = (_object(first.strip(), prompt), _object(second.strip(), prompt))
-        if any(o.count > 1 or o.colour for o in objects) or objects[0] == objects[1]:
+        pair = (_object(first.strip(), prompt), _object(second.strip(), prompt))
+        if any(o.count > 1 or o.colour for o in pair) or pair[0] == pair[1]:
             raise ValueError(f"prompt {prompt!r}: a relation takes two different plain shapes")
-        return Spec("position", objects, relations[0])
+        return Spec("position", pair, relations[0])
     parts = text.split(" and ")
     if len(parts) > 2:
         raise ValueError(f"prompt {prompt!r} names more than two kinds of object")
@@ -267,11 +267,13 @@ def requirements(spec: Spec, scene: list[Detection]) -> list[bool]:
         met.append(n == o.count if spec.category == "counting" else n >= o.count)
     if spec.relation is not None:
         a, b = spec.objects
-        axis, sign = {"left of": (2, 1), "right of": (2, -1), "above": (3, 1), "below": (3, -1)}[
-            spec.relation
-        ]
+        horizontal = spec.relation in ("left of", "right of")
+        sign = 1 if spec.relation in ("left of", "above") else -1
         pairs = [(x, y) for x in scene if _matches(a, x) for y in scene if _matches(b, y)]
-        met.append(any(sign * (y[axis] - x[axis]) > 0 for x, y in pairs))
+        # Detections are (shape, colour, column, row): compare columns or rows.
+        met.append(
+            any(sign * ((y[2] - x[2]) if horizontal else (y[3] - x[3])) > 0 for x, y in pairs)
+        )
     return met
 
 
