@@ -244,3 +244,6 @@ def test_a_full_run_reports_per_category_scores(tmp_path: Path) -> None:
     scores = summary["heldout_scores_after"]
     assert {f"compositional/{c}" for c in CATEGORIES} <= set(scores)
     assert all(0.0 <= scores[f"compositional/{c}"] <= 1.0 for c in CATEGORIES)
+    # Logged at weight 0: the held-out reward is the compositional score alone.
+    assert 0.0 < scores["sample_diversity"] < 1.0
+    assert summary["heldout_reward_after"] == pytest.approx(scores["compositional"])

@@ -206,3 +206,18 @@ def test_render_puts_each_object_in_its_cell() -> None:
         render([[("circle", "red", 0, 0), ("square", "red", 0, 0)]], torch.Generator())
     with pytest.raises(ValueError, match="cannot draw"):
         render([[("hexagon", "red", 0, 0)]], torch.Generator())
+
+
+def test_sample_diversity_by_hand() -> None:
+    from reward_models import build_reward
+
+    # Prompt "a": a black and a white image (RMS distance 1). Prompt "b": grey levels 0, 0.5
+    # and 0 (distances 0.5, 0 and 0.5). Prompt "c": alone in the batch.
+    levels = [0.0, 1.0, 0.0, 0.5, 0.0, 0.0]
+    images = torch.tensor(levels)[:, None, None, None].expand(-1, 3, 4, 4)
+    out = build_reward("sample_diversity")(images, ["a", "a", "b", "b", "c", "b"])
+    scores = out.scores["sample_diversity"]
+    assert scores[:2].tolist() == [1.0, 1.0]
+    assert scores[[2, 3, 5]].tolist() == pytest.approx([0.25, 0.5, 0.25])
+    assert scores[4].isnan()
+    assert out.applicable["sample_diversity"].tolist() == [1, 1, 1, 1, 0, 1]
