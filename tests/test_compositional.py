@@ -237,10 +237,11 @@ def test_each_flow_algorithm_trains_the_compositional_policy(tmp_path: Path, nam
 
 
 def test_a_full_run_reports_per_category_scores(tmp_path: Path) -> None:
-    Trainer(_tiny_config(tmp_path), run_dir=tmp_path / "run").train()
+    config = _tiny_config(tmp_path, "eval.samples_per_prompt=2")
+    Trainer(config, run_dir=tmp_path / "run").train()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["recipe"] == "compositional_flow_grpo"
-    assert summary["heldout_samples"] == 25
+    assert summary["heldout_samples"] == 50
     scores = summary["heldout_scores_after"]
     assert {f"compositional/{c}" for c in CATEGORIES} <= set(scores)
     assert all(0.0 <= scores[f"compositional/{c}"] <= 1.0 for c in CATEGORIES)
