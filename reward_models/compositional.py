@@ -133,6 +133,10 @@ class CompositionalReward(RewardModel):
       requirement of the prompt's spec (``tasks.compositional.requirements``), else 0;
       with ``partial_credit`` the fraction of requirements met instead;
     * ``requirements``: the fraction of requirements met (logged either way);
+    * ``exact``: correct and nothing else on the canvas (as many objects as the prompt asks
+      for). GenEval does not count extra objects outside ``counting``, and neither does the
+      primary score unless ``strict``; a policy that learns to fill every cell raises the
+      primary score and lowers this one (and ``counting``), which is how that hack shows;
     * one score per category of ``CATEGORIES``: the correctness on that category's samples,
       NaN (and not ``applicable``) on the others, so that its mean over a batch or a held-out
       set is GenEval's per-category accuracy;
@@ -142,6 +146,7 @@ class CompositionalReward(RewardModel):
         path: scorer safetensors; None uses the embedded one.
         device: where to run the scorer.
         partial_credit: train on the fraction of requirements met instead of all-or-nothing.
+        strict: the primary score also requires no extra objects (``exact``).
     """
 
     name = "compositional"
@@ -152,10 +157,14 @@ class CompositionalReward(RewardModel):
         path: str | None = None,
         device: str | torch.device = "cpu",
         partial_credit: bool = False,
+        strict: bool = False,
     ) -> None:
+        if partial_credit and strict:
+            raise ValueError(f"{self.name}: choose partial_credit or strict, not both")
         self.path = path
         self.device = torch.device(device)
         self.partial_credit = partial_credit
+        self.strict = strict
         self._model: CellScorer | None = None
 
     @property
@@ -177,10 +186,15 @@ class CompositionalReward(RewardModel):
         met = [requirements(specs[p], scene) for p, scene in zip(prompts, scenes, strict=True)]
         correct = torch.tensor([float(all(m)) for m in met])
         fraction = torch.tensor([sum(m) / len(m) for m in met])
+        asked = torch.tensor([float(sum(o.count for o in specs[p].objects)) for p in prompts])
+        found = torch.tensor([float(len(s)) for s in scenes])
+        exact = correct * (found == asked).float()
+        primary = fraction if self.partial_credit else exact if self.strict else correct
         scores = {
-            self.name: fraction if self.partial_credit else correct,
+            self.name: primary,
             "requirements": fraction,
-            "objects": torch.tensor([float(len(s)) for s in scenes]),
+            "exact": exact,
+            "objects": found,
         }
         applicable = {}
         for category in CATEGORIES:

@@ -38,7 +38,7 @@ from reward_models.compositional import (
     save_scorer,
 )
 from reward_models.tasks.compositional import CATEGORIES, parse_prompt
-from reward_models.tasks.compositional_render import render, sample_scene
+from reward_models.tasks.compositional_render import CELLS, render, sample_scene
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -112,6 +112,17 @@ def test_reward_on_rendered_scenes() -> None:
         ["a photo of a blue circle and a red square", *prompts[1:3], "a photo of a red square"],
     )
     assert wrong.scores["compositional"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    # An extra object: still correct under GenEval's rule, not ``exact``; ``strict`` trains on
+    # ``exact``.
+    extra = [*scenes[3], ("cross", "red", *next(c for c in CELLS if c != scenes[3][0][2:]))]
+    crowded = render([extra], torch.Generator().manual_seed(1))
+    out = reward(crowded, prompts[3:])
+    assert out.scores["compositional"].tolist() == [1.0] and out.scores["exact"].tolist() == [0.0]
+    strict = CompositionalReward(strict=True)(crowded, prompts[3:])
+    assert strict.scores["compositional"].tolist() == [0.0]
+    assert reward(images, prompts).scores["exact"].tolist() == [1.0] * 4
+    with pytest.raises(ValueError, match="not both"):
+        CompositionalReward(partial_credit=True, strict=True)
     partial = CompositionalReward(partial_credit=True)(
         images[:1], ["a red circle and a green square"]
     )
