@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reward_models.artifact import ArtifactProbeReward
 from reward_models.base import RewardModel, RewardOutput
 from reward_models.tasks.compositional import (
     CANVAS,
@@ -34,6 +35,7 @@ from reward_models.tasks.compositional import (
 )
 
 EMBEDDED_SCORER = "compositional/scorer.safetensors"
+EMBEDDED_ARTIFACT_PROBE = "compositional/artifact_probe.safetensors"
 _BUILD_HINT = "regenerate it with `python scripts/build_compositional_assets.py`"
 
 
@@ -61,6 +63,11 @@ class CellScorer(nn.Module):
         return {"channels": self.channels, "hidden_dim": self.hidden_dim}
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.features(images)
+        return self.shape_head(h), self.colour_head(h)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Hidden features ``[B, 4, hidden_dim]`` of each cell (what the heads read)."""
         if images.ndim != 4 or tuple(images.shape[1:]) != (3, CANVAS, CANVAS):
             raise ValueError(
                 f"images must be [B, 3, {CANVAS}, {CANVAS}] in [0, 1], got {tuple(images.shape)}"
@@ -72,12 +79,7 @@ class CellScorer(nn.Module):
         h = F.relu(self.conv1(cells))
         h = F.max_pool2d(F.relu(self.conv2(h)), 2)
         h = F.max_pool2d(F.relu(self.conv3(h)), 2)
-        h = F.relu(self.fc(h.flatten(1)))
-        cells_per = GRID * GRID
-        return (
-            self.shape_head(h).reshape(batch, cells_per, -1),
-            self.colour_head(h).reshape(batch, cells_per, -1),
-        )
+        return F.relu(self.fc(h.flatten(1))).reshape(batch, GRID * GRID, -1)
 
 
 def save_scorer(model: CellScorer, path: str | os.PathLike) -> None:
@@ -202,3 +204,21 @@ class CompositionalReward(RewardModel):
             scores[category] = torch.where(mask, correct, torch.full_like(correct, float("nan")))
             applicable[category] = mask
         return RewardOutput(scores, applicable)
+
+
+class CompositionalArtifactProbe(ArtifactProbeReward):
+    """``artifact_probe`` (``1 - P(artifact)``) with the compositional task's embedded probe: a
+    small head on the cell scorer's features, trained on rendered scenes (clean) against the
+    same scenes with noise, blur, duplicated objects or grid lines (artifacts). A metric to log
+    at weight 0: RL never sees it, so a policy that degrades its pictures while the reward
+    rises shows here.
+
+    Args:
+        path: probe file; None uses the embedded one.
+        device: where the scorer features and the head run.
+    """
+
+    def __init__(self, path: str | None = None, device: str | torch.device = "cpu") -> None:
+        from pipelines.toy.models import embedded_asset_path
+
+        super().__init__(path or str(embedded_asset_path(EMBEDDED_ARTIFACT_PROBE)), device)

@@ -24,6 +24,12 @@ give the same bytes.
    says) is 0; 0.3 gave 0.1-0.19 after 3,000 steps. The build fails unless the held-out score
    lands in ``FLOW["accept_score"]``.
 
+3. The artifact probe of ``compositional_artifact_probe`` (``reward_models/artifact.py``): a
+   head with 32 hidden units on the scorer's cell features and the 8x8-pooled pixels, trained
+   on renders of training specs (clean) and the same renders with noise, blur, duplicated
+   objects or grid lines (artifacts). A metric that no recipe trains on; the build fails
+   unless its held-out accuracy reaches ``PROBE["min_accuracy"]``.
+
 Held-out protocol (the trainer's evaluation of ``compositional_flow_grpo``): the prompts
 ``heldout_prompts()`` (25: up to 8 held-out combinations per category, first template) x 8
 samples (sample ``i`` gets prompt ``i % 25``), initial noise ``randn(200, 3, 32, 32,
@@ -58,7 +64,16 @@ from pipelines.toy.compositional import (  # noqa: E402
     tokenize,
 )
 from pipelines.toy.models import to_pixels  # noqa: E402
+from reward_models.artifact import (  # noqa: E402
+    CORRUPTIONS,
+    corrupt,
+    feature_extractor,
+    load_probe,
+    save_probe,
+    train_probe,
+)
 from reward_models.compositional import (  # noqa: E402
+    EMBEDDED_ARTIFACT_PROBE,
     EMBEDDED_SCORER,
     CellScorer,
     CompositionalReward,
@@ -103,6 +118,8 @@ FLOW: dict[str, Any] = {
 FLOW |= {"steps": 4000, "batch_size": 128, "lr": 1e-3, "optimizer": "Adam"}
 FLOW |= {"time_sampling": "s ~ U(0, 1)", "label_dropout": 0.1, "caption_noise": 0.0}
 FLOW |= {"eval_every": 500, "accept_score": [0.2, 0.5]}
+PROBE: dict[str, Any] = {"backbone": "compositional", "hidden": 32, "epochs": 300, "seed": 0}
+PROBE |= {"clean_scenes": 1200, "min_accuracy": 0.9}
 EVAL: dict[str, Any] = {"prompts": "heldout_prompts() (25)", "samples_per_prompt": 8}
 EVAL |= {"noise_seed": 1234, "num_steps": 10, "sigmas": "flow_sigmas(10), no shift"}
 EVAL |= {"guidance": 1.0, "reward": "compositional (all requirements met)"}
@@ -218,11 +235,11 @@ def training_batch(
 
 
 @torch.no_grad()
-def heldout_scores(
-    model: CompositionalFlowModel, reward: CompositionalReward, guidance: float = 1.0
-) -> dict[str, float]:
-    """Mean of every score of the ``compositional`` reward over the held-out protocol's 200
-    ODE samples (per-category scores: over their category's samples)."""
+def heldout_samples(
+    model: CompositionalFlowModel, guidance: float = 1.0
+) -> tuple[list[str], torch.Tensor]:
+    """The held-out protocol's 200 prompts (sample order) and ODE samples ``[200, 3, 32, 32]``
+    in ``[0, 1]``."""
     prompts = heldout_prompts()
     order = [prompts[i % len(prompts)] for i in range(len(prompts) * EVAL["samples_per_prompt"])]
     x = torch.randn(
@@ -237,7 +254,16 @@ def heldout_scores(
             v_null = model(x, sigma, null)
             v = v_null + guidance * (v - v_null)
         x = sampler.step(v, i, x).prev_sample
-    scores = reward(to_pixels(x), order).scores
+    return order, to_pixels(x)
+
+
+def heldout_scores(
+    model: CompositionalFlowModel, reward: CompositionalReward, guidance: float = 1.0
+) -> dict[str, float]:
+    """Mean of every score of the ``compositional`` reward over the held-out protocol's 200
+    ODE samples (per-category scores: over their category's samples)."""
+    order, images = heldout_samples(model, guidance)
+    scores = reward(images, order).scores
     return {k: round(float(v.nanmean()), 6) for k, v in scores.items()}
 
 
@@ -270,6 +296,37 @@ def train_flow(reward: CompositionalReward) -> tuple[CompositionalFlowModel, dic
     return model.eval(), {"final_train_loss": round(loss.item(), 6), "score_history": history}
 
 
+# -- the artifact probe --------------------------------------------------------------------------
+def train_artifact_probe(scorer_path: Path, out_path: Path) -> dict[str, Any]:
+    """The probe of ``compositional_artifact_probe``: renders of training specs (clean) and
+    each once more with one of ``CORRUPTIONS`` in turn (artifact), features from the freshly
+    built scorer, ``reward_models.artifact.train_probe`` (25% held out)."""
+    rng = random.Random(f"probe-{PROBE['seed']}")
+    gen = torch.Generator().manual_seed(PROBE["seed"])
+    specs = specs_of("train")
+    scenes = [sample_scene(rng.choice(specs), rng) for _ in range(PROBE["clean_scenes"])]
+    clean = render(scenes, gen)
+    kinds = [CORRUPTIONS[i % len(CORRUPTIONS)] for i in range(len(clean))]
+    corrupted = torch.empty_like(clean)
+    for kind in CORRUPTIONS:
+        rows = [i for i, k in enumerate(kinds) if k == kind]
+        corrupted[rows] = corrupt(clean[rows], kind, gen)
+    images = torch.cat([clean, corrupted])
+    labels = torch.cat([torch.zeros(len(clean)), torch.ones(len(clean))])
+    features = feature_extractor(f"compositional:{scorer_path}")(images)
+    probe, metrics = train_probe(
+        features,
+        labels,
+        ["clean"] * len(clean) + kinds,
+        PROBE["hidden"],
+        PROBE["epochs"],
+        seed=PROBE["seed"],
+    )
+    # The shipped probe reads the embedded scorer it was built next to.
+    save_probe(probe, PROBE["backbone"], out_path, metrics)
+    return metrics
+
+
 def build(out: Path) -> dict[str, Any]:
     start = time.perf_counter()
     torch.set_num_threads(1)
@@ -300,6 +357,18 @@ def build(out: Path) -> dict[str, Any]:
     low, high = FLOW["accept_score"]
     if not low <= flow_metrics["heldout"]["compositional"] <= high:
         raise RuntimeError(f"held-out score {flow_metrics['heldout']} outside [{low}, {high}]")
+    print("training artifact probe ...", flush=True)
+    probe_metrics = train_artifact_probe(scorer_path, out / Path(EMBEDDED_ARTIFACT_PROBE).name)
+    print(f"artifact probe: {probe_metrics}", flush=True)
+    if probe_metrics["heldout_accuracy"] < PROBE["min_accuracy"]:
+        raise RuntimeError(f"artifact probe accuracy {probe_metrics} below {PROBE['min_accuracy']}")
+    probe, _, _ = load_probe(out / Path(EMBEDDED_ARTIFACT_PROBE).name)
+    extract = feature_extractor(f"compositional:{scorer_path}")
+    for guidance, key in ((1.0, "heldout"), (3.0, "heldout_cfg3")):
+        _, images = heldout_samples(shipped, guidance)
+        with torch.no_grad():
+            clean = 1 - torch.sigmoid(probe(extract(images)))
+        flow_metrics[key]["artifact_probe"] = round(float(clean.mean()), 6)
     parameters = {
         "scorer": sum(p.numel() for p in scorer.parameters()),
         "flow": sum(p.numel() for p in shipped.parameters()),
@@ -310,6 +379,7 @@ def build(out: Path) -> dict[str, Any]:
         "command": COMMAND,
         "scorer": {**SCORER, "metrics": scorer_metrics, "parameters": parameters["scorer"]},
         "flow": {**FLOW, "metrics": flow_metrics, "parameters": parameters["flow"]},
+        "artifact_probe": {**PROBE, "metrics": probe_metrics},
         "heldout_protocol": EVAL,
         "reproducibility": "bit-identical across runs with the same torch build and CPU type",
         "torch_version": torch.__version__,

@@ -81,8 +81,16 @@ def test_scorer_accuracy_on_heldout_scenes() -> None:
 
 
 def test_base_heldout_score_matches_manifest_and_leaves_headroom(manifest: dict) -> None:
-    scores = _build_script().heldout_scores(load_compositional_model(), CompositionalReward())
-    for key, value in manifest["flow"]["metrics"]["heldout"].items():
+    script = _build_script()
+    prompts, images = script.heldout_samples(load_compositional_model())
+    scores = {
+        k: float(v.nanmean()) for k, v in CompositionalReward()(images, prompts).scores.items()
+    }
+    probe = build_reward("compositional_artifact_probe")(images, prompts).scores
+    scores["artifact_probe"] = float(probe["artifact_probe"].mean())
+    recorded = manifest["flow"]["metrics"]["heldout"]
+    assert set(recorded) == set(scores)
+    for key, value in recorded.items():
         assert math.isclose(scores[key], value, abs_tol=2e-3), (key, scores[key], value)
     assert 0.2 <= scores["compositional"] <= 0.5
 
@@ -258,4 +266,5 @@ def test_a_full_run_reports_per_category_scores(tmp_path: Path) -> None:
     assert all(0.0 <= scores[f"compositional/{c}"] <= 1.0 for c in CATEGORIES)
     # Logged at weight 0: the held-out reward is the compositional score alone.
     assert 0.0 < scores["sample_diversity"] < 1.0
+    assert 0.0 <= scores["artifact_probe"] <= 1.0
     assert summary["heldout_reward_after"] == pytest.approx(scores["compositional"])

@@ -41,8 +41,13 @@ def compositional_flow_grpo() -> TrainConfig:
         sampler=SDESamplingConfig(
             num_steps=10, noise_level=0.7, log_prob_reduction="mean", eval_num_steps=10
         ),
-        # Logged, never trained on (weight 0): within-prompt diversity shows collapse.
-        reward=[RewardSpec(name="compositional"), RewardSpec(name="sample_diversity", weight=0.0)],
+        # Logged, never trained on (weight 0): within-prompt diversity shows collapse, the
+        # artifact probe degraded pictures.
+        reward=[
+            RewardSpec(name="compositional"),
+            RewardSpec(name="sample_diversity", weight=0.0),
+            RewardSpec(name="compositional_artifact_probe", weight=0.0),
+        ],
         algorithm=FlowGRPOConfig(
             clip_range=2e-3, kl_beta=0.0, std_mode="group", timestep_fraction=0.5
         ),
