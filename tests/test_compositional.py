@@ -31,13 +31,14 @@ from pipelines.toy.compositional_policy import ToyCompositionalPolicy
 from pipelines.toy.models import embedded_asset_path
 from reward_models import build_reward
 from reward_models.compositional import (
+    EMBEDDED_ARTIFACT_PROBE,
     EMBEDDED_SCORER,
     CellScorer,
     CompositionalReward,
     load_scorer,
     save_scorer,
 )
-from reward_models.tasks.compositional import CATEGORIES, parse_prompt
+from reward_models.tasks.compositional import CATEGORIES, heldout_prompts, parse_prompt
 from reward_models.tasks.compositional_render import CELLS, render, sample_scene
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -60,7 +61,11 @@ def manifest() -> dict:
 
 # -- the shipped assets --------------------------------------------------------------------------
 def test_assets_match_manifest(manifest: dict) -> None:
-    names = {Path(EMBEDDED_SCORER).name, Path(EMBEDDED_COMPOSITIONAL_FLOW).name}
+    names = {
+        Path(EMBEDDED_SCORER).name,
+        Path(EMBEDDED_COMPOSITIONAL_FLOW).name,
+        Path(EMBEDDED_ARTIFACT_PROBE).name,
+    }
     assert set(manifest["files"]) == names
     for name in names:
         path = embedded_asset_path(f"compositional/{name}")
@@ -136,6 +141,22 @@ def test_reward_on_rendered_scenes() -> None:
     )
     assert partial.scores["compositional"].tolist() == [0.5]
     assert partial.scores["requirements"].tolist() == [0.5]
+
+
+def test_artifact_probe_tells_renders_from_corrupted_ones() -> None:
+    """The shipped probe on fresh renders of held-out combinations and on the same renders with
+    each corruption: clean ones score higher on average, for every kind."""
+    from reward_models.artifact import CORRUPTIONS, corrupt
+
+    rng = random.Random(3)
+    prompts = [p for p in heldout_prompts() for _ in range(4)]
+    images = render([sample_scene(parse_prompt(p), rng) for p in prompts], torch.Generator())
+    probe = build_reward("compositional_artifact_probe")
+    clean = probe(images, prompts).scores["artifact_probe"]
+    assert clean.mean() > 0.8
+    for kind in CORRUPTIONS:
+        bad = corrupt(images, kind, torch.Generator().manual_seed(0))
+        assert probe(bad, prompts).scores["artifact_probe"].mean() < clean.mean() - 0.3, kind
 
 
 def test_reward_refuses_other_outputs() -> None:
