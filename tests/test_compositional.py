@@ -276,6 +276,20 @@ def test_each_flow_algorithm_trains_the_compositional_policy(tmp_path: Path, nam
     assert 0.0 <= metrics["compositional/mean"] <= 1.0
 
 
+def test_lora_reaches_every_target_module(tmp_path: Path) -> None:
+    config = _tiny_config(tmp_path, "policy.lora_rank=4")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    names = [n for n, p in trainer.policy.network.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    for target in CompositionalFlowModel.lora_target_modules:
+        assert any(f".{target}.lora_A" in n for n in names), target
+    before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    trainer.train_iteration()
+    after = dict(trainer.policy.network.named_parameters())
+    moved = [n for n in names if not torch.equal(before[n], after[n])]
+    assert any("text_blocks" in n for n in moved) and any("blocks.0.q." in n for n in moved)
+
+
 def test_a_full_run_reports_per_category_scores(tmp_path: Path) -> None:
     config = _tiny_config(tmp_path, "eval.samples_per_prompt=2")
     Trainer(config, run_dir=tmp_path / "run").train()
