@@ -87,6 +87,9 @@ def test_no_heldout_combination_is_in_a_training_prompt() -> None:
     for category in CATEGORIES:
         sides = {s.split for s in all_specs() if s.category == category}
         assert sides == {"train", "heldout"}, category
+    # The held-out combinations per category that the task's docstring and docs state.
+    held = [len({s.key for s in specs_of("heldout") if s.category == c}) for c in CATEGORIES]
+    assert held == [1, 1, 2, 4, 4, 26]
     with pytest.raises(ValueError, match="split"):
         specs_of("test")
 
