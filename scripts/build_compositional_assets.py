@@ -19,7 +19,7 @@ give the same bytes.
    uniform template), x0-prediction loss as the video model, 10% null prompts for CFG. It needs
    no handicap to leave RL headroom: on held-out combinations it draws single objects and
    colours well but relations and colour bindings poorly (0.17 and 0.22 after 4,000 steps, the
-   whole held-out score 0.365; it stayed within 0.3-0.4 from step 1,000 on, and a trial at lr
+   whole held-out score 0.365; it stayed within 0.29-0.39 from step 1,000 on, and a trial at lr
    2e-3 ended at 0.37). ``caption_noise`` (the digit models' label noise: a fraction of scenes
    drawn from another training spec of the same category than the caption says) is 0; 0.3 gave
    0.1-0.19 after 3,000 steps. The build fails unless the held-out score lands in
