@@ -299,8 +299,9 @@ def save_compositional_model(model: CompositionalFlowModel, path: str | os.PathL
     tensors = {
         k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
     }
-    metadata = {"config": json.dumps(model.config, sort_keys=True), "storage_dtype": "float16"}
-    save_file(tensors, str(path), metadata=metadata)
+    # One metadata key: safetensors writes several in an order that varies from process to
+    # process, and the shipped file must rebuild byte for byte.
+    save_file(tensors, str(path), metadata={"config": json.dumps(model.config, sort_keys=True)})
 
 
 def load_compositional_model(path: str | os.PathLike | None = None) -> CompositionalFlowModel:
