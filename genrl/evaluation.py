@@ -20,7 +20,8 @@ class EvalResult:
         reward: mean primary reward over all ``P * S`` samples.
         per_prompt: prompt id (``prompt_id``: its text, with ``#row`` for a dataset row) ->
             mean reward of its ``S`` samples.
-        scores: name -> mean of every score the reward returned.
+        scores: name -> mean of every score the reward returned, over the samples where it is
+            not NaN (a score that applies to some samples only, e.g. a per-category accuracy).
         outputs: the ``P * S`` decoded samples (images ``[P * S, C, H, W]`` or texts); sample
             ``i`` belongs to prompt ``i % P``.
         prompts: the ``P * S`` prompts in sample order.
@@ -86,7 +87,7 @@ def evaluate(
     return EvalResult(
         reward=float(primary.mean()),
         per_prompt=per_prompt,
-        scores={k: float(v.mean()) for k, v in scores.items()},
+        scores={k: float(v.nanmean()) for k, v in scores.items()},
         outputs=outputs,
         prompts=all_prompts,
     )

@@ -59,6 +59,15 @@ def _video_digits() -> PromptSource:
     return PromptSource(train=list(VIDEO_TRAIN_PROMPTS), eval=list(VIDEO_EVAL_PROMPTS))
 
 
+def _compositional() -> PromptSource:
+    """The compositional task (``reward_models.tasks.compositional``): every training
+    combination in both templates (430 prompts) for training; for evaluation up to 8 held-out
+    combinations per category (25 prompts), none of which any training prompt names."""
+    from reward_models.tasks.compositional import heldout_prompts, train_prompts
+
+    return PromptSource(train=train_prompts(), eval=heldout_prompts())
+
+
 def _t2i_simple() -> PromptSource:
     """96 short text-to-image prompts (colour, count, composition, style), 80 train / 16 held
     out; the default prompts of the real-model recipes (replace with your own dataset)."""
@@ -141,6 +150,7 @@ def _shapes_vqa() -> PromptSource:
 PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
     "video_digits": _video_digits,
+    "compositional": _compositional,
     "t2i_simple": _t2i_simple,
     "t2v_simple": _t2v_simple,
     "countdown": _countdown,

@@ -13,6 +13,7 @@ token sampling draws on each process's own stream, so token runs differ across p
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -135,8 +136,10 @@ class Trainer:
         rewards = batch.scores[self.reward.name]
         metrics: dict[str, float] = {}
         for name, values in batch.scores.items():
-            metrics[f"{name}/mean"] = float(values.mean())
-            metrics[f"{name}/std"] = float(values.std(unbiased=False))
+            # A score is NaN where it does not apply (a per-category score on the others).
+            finite = values[~values.isnan()]
+            metrics[f"{name}/mean"] = float(finite.mean()) if len(finite) else math.nan
+            metrics[f"{name}/std"] = float(finite.std(unbiased=False)) if len(finite) else math.nan
         metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, batch.group_ids)
         stats = group_stats(rewards, batch.group_ids)
         metrics.update({f"reward/{k}": v for k, v in stats.items()})

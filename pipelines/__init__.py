@@ -9,6 +9,7 @@ from typing import Any
 POLICIES: dict[str, Any] = {
     "toy_digits": "pipelines.toy.policy:ToyDigitsPolicy",
     "toy_video_digits": "pipelines.toy.video_policy:ToyVideoDigitsPolicy",
+    "toy_compositional": "pipelines.toy.compositional_policy:ToyCompositionalPolicy",
     # Diffusers flow-matching text-to-image and text-to-video models; flow_image reads the
     # family from the checkpoint's model_index.json.
     "flow_image": "pipelines.flow_families:flow_image_policy",  # class: RESOLVERS

@@ -13,6 +13,9 @@ from reward_models.composite import CompositeReward, RewardError
 REWARDS: dict[str, Any] = {
     "digit_classifier": "reward_models.digits:DigitClassifierReward",
     "moving_digit": "reward_models.moving_digits:MovingDigitReward",
+    "compositional": "reward_models.compositional:CompositionalReward",
+    "compositional_artifact_probe": "reward_models.compositional:CompositionalArtifactProbe",
+    "sample_diversity": "reward_models.diversity:SampleDiversity",
     "target_color": "reward_models.color:TargetColorReward",
     "clipscore": "reward_models.clip:CLIPScoreReward",
     "pickscore": "reward_models.clip:PickScoreReward",

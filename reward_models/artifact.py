@@ -5,6 +5,9 @@ Backbones (``backbone`` of the probe file):
 
 * ``digits``: the embedded digit classifier's hidden layer and the 64 pixels of ``[B, 1, 8, 8]``
   images (no extra dependency), the regulariser of the embedded task;
+* ``compositional`` (or ``compositional:<scorer file>``): the compositional task's cell
+  scorer's hidden features of the four cells and the ``[3, 8, 8]`` average-pooled pixels of
+  ``[B, 3, 32, 32]`` canvases;
 * ``dino:<checkpoint>``: a DINOv2 CLS embedding (transformers);
 * ``clip:<checkpoint>``: a CLIP image embedding (transformers).
 
@@ -59,6 +62,19 @@ def feature_extractor(
             return torch.cat([F.relu(classifier.fc1(h.flatten(1))), x.flatten(1)], dim=1)
 
         return digits
+    if backbone == "compositional" or backbone.startswith("compositional:"):
+        from reward_models.compositional import load_scorer
+
+        scorer = load_scorer(backbone.partition(":")[2] or None).to(device)
+
+        @torch.no_grad()
+        def compositional(images: torch.Tensor) -> torch.Tensor:
+            x = images.to(device, torch.float32)
+            # The scorer's cell features, and the pixels at a quarter of the resolution.
+            cells = scorer.features(x).flatten(1)
+            return torch.cat([cells, F.avg_pool2d(x, 4).flatten(1)], dim=1)
+
+        return compositional
     kind, _, checkpoint = backbone.partition(":")
     if kind == "dino" and checkpoint:
         from reward_models.dino import DinoBackbone
@@ -68,8 +84,8 @@ def feature_extractor(
     if kind == "clip" and checkpoint:
         return _clip_features(checkpoint, device)
     raise ValueError(
-        f"unknown artifact-probe backbone {backbone!r}: use digits, dino:<checkpoint> or "
-        "clip:<checkpoint>"
+        f"unknown artifact-probe backbone {backbone!r}: use digits, compositional, "
+        "dino:<checkpoint> or clip:<checkpoint>"
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
+from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
@@ -28,6 +29,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **DLLM_RECIPES,
     **QWEN_VL_RECIPES,
     **VIDEO_RECIPES,
+    **COMPOSITIONAL_RECIPES,
     **VLM_RECIPES,
 }
 DEFAULT_RECIPE = "digits_flow_grpo"
