@@ -59,7 +59,8 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     any model loads), 2. the policy with its weights, 3. its training setup (LoRA or full
     fine-tuning, once, seeded from ``config.seed`` without touching the caller's RNG), 4. the
     rewards on this process's device, 5. the algorithm's rollout and objective bound to the
-    policy (which checks the policy's kind), 6. the optimizer, with the policy's module and the
+    policy (which checks the policy's kind), and the reference copy when either of them uses
+    the reference under full fine-tuning (``Policy.keep_reference``), 6. the optimizer, with the policy's module and the
     optimizer prepared by the accelerator (DDP, FSDP or DeepSpeed wrapping happens here)."""
     accelerator = accelerator or build_accelerator(config.train.mixed_precision)
     config.validate(accelerator.num_processes)
@@ -77,6 +78,10 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     # 5. Rollout and objective.
     algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
     rollout, objective = algorithm.build(policy)
+    # The reference exists only when something uses it: under full fine-tuning a frozen copy of
+    # the weights (none at kl_beta=0); an offline store is filled by the reference policy.
+    if rollout.uses_reference or objective.uses_reference or config.train.offline_store:
+        policy.keep_reference(offload=p.reference_offload)
     # 6. Optimizer; the accelerator wraps the module and the optimizer.
     o = config.optim
     optimizer = torch.optim.AdamW(
