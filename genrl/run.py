@@ -17,12 +17,14 @@ from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import Algorithm
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
+from genrl.overrides import ConfigError
 from genrl.groups import process_slice
 from genrl.launch import build_accelerator
 from genrl.objectives.base import Objective
 from genrl.prompts import PromptSource, load_prompts
 from genrl.protocols import Policy
 from genrl.rollouts.base import Rollout
+from genrl.sharding import env_requests_fsdp, shard_module, shards_itself
 
 
 @dataclass
@@ -82,7 +84,18 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     # the weights (none at kl_beta=0); an offline store is filled by the reference policy.
     if rollout.uses_reference or objective.uses_reference or config.train.offline_store:
         policy.keep_reference(offload=p.reference_offload)
-    # 6. Optimizer; the accelerator wraps the module and the optimizer.
+    # 6. Optimizer; the accelerator wraps the module and the optimizer, except where genrl
+    # shards the module itself (FSDP2 on CPU processes, genrl/sharding.py): that happens
+    # before the optimizer is made, so that it holds the sharded parameters.
+    sharded = shards_itself(accelerator)
+    if env_requests_fsdp() and config.optim.ema_decay:
+        # EMA swaps parameter storage, which FSDP2's own shard buffers never see.
+        raise ConfigError(
+            "optim.ema_decay is not supported with FSDP yet (its EMA weights would not reach "
+            "the sharded model): set optim.ema_decay=0, or train with DDP"
+        )
+    if sharded:
+        shard_module(policy.module)
     o = config.optim
     optimizer = torch.optim.AdamW(
         policy.trainable_parameters(),
@@ -91,7 +104,10 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
         eps=o.eps,
         weight_decay=o.weight_decay,
     )
-    policy.module, optimizer = accelerator.prepare(policy.module, optimizer)
+    if sharded:
+        optimizer = accelerator.prepare(optimizer)
+    else:
+        policy.module, optimizer = accelerator.prepare(policy.module, optimizer)
 
     t = config.train
     local = process_slice(

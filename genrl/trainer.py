@@ -32,6 +32,7 @@ from genrl.launch import build_accelerator
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.run import build_run
+from genrl.sharding import gathered, is_sharded
 
 
 class Trainer:
@@ -177,7 +178,13 @@ class Trainer:
         weights) on the main process; the EMA weights when the run keeps an EMA, since those
         are what the held-out evaluation scores."""
         path = None
-        if self.is_main:
+        if is_sharded(self.policy.network):
+            # Every process gathers the full weights (a collective); the main one writes them.
+            context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+            with context, gathered(self.policy.network, self.is_main):
+                if self.is_main:
+                    path = self.policy.export(directory)
+        elif self.is_main:
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
             with context:
                 path = self.policy.export(directory)

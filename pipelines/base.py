@@ -164,6 +164,14 @@ class TrainablePolicy:
         return held
 
     @property
+    def sharded(self) -> bool:
+        """Whether the network is sharded over processes (FSDP2: its parameters are
+        ``DTensor``s), so that every forward is a collective."""
+        from torch.distributed.tensor import DTensor
+
+        return any(isinstance(p, DTensor) for p in self.network.parameters())
+
+    @property
     def is_lora(self) -> bool:
         return hasattr(self.network, "disable_adapter") and hasattr(self.network, "peft_config")
 
@@ -197,11 +205,16 @@ class TrainablePolicy:
         return [p for p in self.network.parameters() if p.requires_grad]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            n: p.detach().cpu().clone()
-            for n, p in self.network.named_parameters()
-            if p.requires_grad
-        }
+        """The trainable weights, whole and on the CPU. Under FSDP2 every shard is gathered
+        (a collective: every process calls this)."""
+        from torch.distributed.tensor import DTensor
+
+        out = {}
+        for n, p in self.network.named_parameters():
+            if p.requires_grad:
+                value = p.detach()
+                out[n] = (value.full_tensor() if isinstance(value, DTensor) else value).cpu().clone()
+        return out
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         params = dict(self.network.named_parameters())
