@@ -17,10 +17,10 @@ from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import Algorithm
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
-from genrl.overrides import ConfigError
 from genrl.groups import process_slice
 from genrl.launch import build_accelerator
 from genrl.objectives.base import Objective
+from genrl.overrides import ConfigError
 from genrl.prompts import PromptSource, load_prompts
 from genrl.protocols import Policy
 from genrl.rollouts.base import Rollout

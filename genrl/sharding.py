@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -122,7 +123,7 @@ def gathered(module: nn.Module, main: bool) -> Iterator[None]:
                 del args, kwargs
                 return {k[len(_prefix) :]: v for k, v in full.items() if k.startswith(_prefix)}
 
-            sub.state_dict = whole  # type: ignore[method-assign]
+            sub.state_dict = whole
             patched.append(sub)
     try:
         yield
@@ -131,11 +132,55 @@ def gathered(module: nn.Module, main: bool) -> Iterator[None]:
             del sub.state_dict
 
 
+def _inner(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside accelerate's wrapper."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+def save_shards(module: nn.Module, optimizer: Any, directory: Path) -> None:
+    """Every process writes its shard of ``module``'s trainable weights and of the optimizer
+    state into ``directory`` with torch distributed checkpointing (a collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    weights, optim = get_state_dict(module, _inner(optimizer))
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    weights = {k: v for k, v in weights.items() if k in trainable}
+    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=str(directory))
+
+
+def load_shards(module: nn.Module, optimizer: Any, directory: Path) -> None:
+    """Restore what ``save_shards`` wrote into the sharded ``module`` and its optimizer (a
+    collective; resharding to another process count is left to torch's planner)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_state_dict,
+        set_state_dict,
+    )
+
+    inner = _inner(optimizer)
+    weights, optim = get_state_dict(module, inner)
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    weights = {k: v for k, v in weights.items() if k in trainable}
+    state = {"model": weights, "optimizer": optim}
+    dcp.load(state, checkpoint_id=str(directory))
+    set_state_dict(
+        module,
+        inner,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+        options=StateDictOptions(strict=False),
+    )
+
+
 __all__ = [
     "env_requests_fsdp",
     "full_tensor",
     "gathered",
     "is_sharded",
+    "load_shards",
+    "save_shards",
     "shard_module",
     "shards_itself",
 ]

@@ -213,7 +213,9 @@ class TrainablePolicy:
         for n, p in self.network.named_parameters():
             if p.requires_grad:
                 value = p.detach()
-                out[n] = (value.full_tensor() if isinstance(value, DTensor) else value).cpu().clone()
+                out[n] = (
+                    (value.full_tensor() if isinstance(value, DTensor) else value).cpu().clone()
+                )
         return out
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -3,8 +3,9 @@ under FSDP2 (``ACCELERATE_USE_FSDP``, genrl's own ``fully_shard`` on CPU) in one
 exports both, and writes this process's losses and gathered trainable weights to
 ``<out>/rank<r>.pt``.
 
-Usage: ``torchrun --nproc_per_node 2 tests/fsdp_worker.py OUT MODEL LORA_RANK`` with MODEL
-``sd3`` (tests/diffusers_tiny.py) or ``qwen3`` (tests/test_causal_lm.py)."""
+Usage: ``torchrun --nproc_per_node 2 tests/fsdp_worker.py OUT MODEL LORA_RANK [resume]`` with
+MODEL ``sd3`` (tests/diffusers_tiny.py) or ``qwen3`` (tests/test_causal_lm.py); ``resume``
+checks a sharded checkpoint instead (``resume``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def config(out: Path, model: str, lora: int):
             "sampler.num_steps=3",
             "sampler.eval_num_steps=3",
             "optim.lr=1e-3",
+            "train.iterations=2",
+            "eval.every=0",
         )
         cfg.optim.ema_decay = None  # refused with FSDP (genrl/run.py)
         return cfg
@@ -39,10 +42,41 @@ def config(out: Path, model: str, lora: int):
     from reward_models import REWARDS
 
     REWARDS["letter_a"] = CountLetterA
-    cfg = lm_config(out, out / "models" / "lm")
+    # Each process writes its own copy of the prompt file (one shared file would race).
+    own = out / f"prompts{os.environ['RANK']}"
+    own.mkdir(exist_ok=True)
+    cfg = lm_config(own, out / "models" / "lm")
     cfg.policy.lora_rank = lora
     cfg.optim.lr = 1e-3
+    cfg.train.iterations = 2
     return cfg
+
+
+def resume(out: Path, model: str, lora: int, rank: int) -> None:
+    """Under FSDP2: two iterations at once, and one, a sharded checkpoint, a fresh Trainer
+    resuming from it and the second; writes both runs' final weights and metrics."""
+    from genrl.metrics import read_metrics
+    from genrl.trainer import Trainer
+
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    result = {}
+    whole = Trainer(config(out, model, lora), run_dir=out / "whole")
+    whole.train()
+    result["whole"] = whole.policy.trainable_state_dict()
+    result["initial"] = Trainer(
+        config(out, model, lora), run_dir=out / "x"
+    ).policy.trainable_state_dict()
+    split = Trainer(config(out, model, lora), run_dir=out / "split")
+    split.train(stop_after=1)
+    resumed = Trainer(config(out, model, lora), run_dir=out / "split", resume_from=out / "split")
+    resumed.train()
+    result["resumed"] = resumed.policy.trainable_state_dict()
+    first = out / "split" / "checkpoints" / "iter_000001"
+    result["shards"] = sorted(p.name for p in first.glob("*.distcp"))
+    for name in ("whole", "split"):
+        rows = read_metrics(out / name / "metrics.jsonl")
+        result[f"{name}_losses"] = [r["loss/total"] for r in rows if "loss/total" in r]
+    torch.save(result, out / f"resume{rank}.pt")
 
 
 def main() -> None:
@@ -50,6 +84,9 @@ def main() -> None:
     from genrl.trainer import Trainer
 
     rank = int(os.environ["RANK"])
+    if sys.argv[4:] == ["resume"]:
+        resume(out, model, lora, rank)
+        return
     result = {}
     for mode in ("ddp", "fsdp"):
         os.environ["ACCELERATE_USE_FSDP"] = "true" if mode == "fsdp" else "false"
