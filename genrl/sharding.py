@@ -163,13 +163,13 @@ def load_shards(module: nn.Module, optimizer: Any, directory: Path) -> None:
     weights, optim = get_state_dict(module, inner)
     trainable = {n for n, p in module.named_parameters() if p.requires_grad}
     weights = {k: v for k, v in weights.items() if k in trainable}
-    state = {"model": weights, "optimizer": optim}
-    dcp.load(state, checkpoint_id=str(directory))
+    state: dict[str, Any] = {"model": weights, "optimizer": optim}
+    dcp.load(state, checkpoint_id=str(directory))  # in place, into these shards
     set_state_dict(
         module,
         inner,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optimizer"],
+        model_state_dict=weights,
+        optim_state_dict=optim,
         options=StateDictOptions(strict=False),
     )
 
