@@ -4,7 +4,10 @@ the rest.
 Layout of ``<run>/checkpoints/iter_000010/``: ``trainable.safetensors`` (trainable weights),
 ``ema.safetensors`` (if EMA), ``optimizer.pt`` (optimizer state), ``state.pt`` (counters,
 algorithm and reward state, RNG states), ``state.json`` (the counters, human-readable) and
-``manifest.json`` (size and SHA-256 of every other file, written last).
+``manifest.json`` (size and SHA-256 of every other file, written last). A sharded run (FSDP2)
+has, instead of the first three, torch distributed checkpointing's files: ``__<rank>_0.distcp``
+written by every process for its shard of the weights and optimizer state, and ``.metadata``
+(the manifest says ``"sharded": true``; ``genrl/sharding.py`` writes and reads them).
 
 Writing: every file goes into a temporary directory and is fsynced; the manifest follows, then
 the directory is fsynced and renamed into place (and its parent fsynced), so a crash or a power
@@ -42,6 +45,9 @@ PREFIX = "iter_"
 MANIFEST = "manifest.json"
 FORMAT = "genrl-checkpoint/1"
 REQUIRED = ("trainable.safetensors", "optimizer.pt", "state.pt")
+# A sharded checkpoint (FSDP2): torch distributed checkpointing's files, one per process, in
+# place of the trainable weights and optimizer state (genrl/sharding.py).
+REQUIRED_SHARDED = (".metadata", "state.pt")
 # What state.pt must hold to be one of ours (Trainer.state() plus the counters added at save).
 STATE_KEYS = ("iteration", "optimizer_steps", "rollout", "objective", "reward")
 
@@ -59,32 +65,55 @@ def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
     return run_dir / "checkpoints" / f"{PREFIX}{iteration:06d}"
 
 
-def save_checkpoint(
-    run_dir: Path,
-    iteration: int,
-    *,
-    trainable: dict[str, torch.Tensor],
-    optimizer: dict[str, Any],
-    state: dict[str, Any],
-    ema: dict[str, torch.Tensor] | None = None,
-    keep: int = 2,
-) -> Path:
+def staging_dir(run_dir: Path, iteration: int) -> Path:
+    """The temporary directory a checkpoint is written into before it is renamed into place."""
     final = checkpoint_dir(run_dir, iteration)
-    tmp = final.with_name(f".tmp-{final.name}")
+    return final.with_name(f".tmp-{final.name}")
+
+
+def begin_staging(run_dir: Path, iteration: int) -> Path:
+    """Create an empty ``staging_dir`` (removing a leftover one); returns it."""
+    tmp = staging_dir(run_dir, iteration)
     if tmp.exists():
         shutil.rmtree(tmp)
     with naming_full_disk(tmp):
         tmp.mkdir(parents=True)
+    return tmp
+
+
+def save_checkpoint(
+    run_dir: Path,
+    iteration: int,
+    *,
+    trainable: dict[str, torch.Tensor] | None,
+    optimizer: dict[str, Any] | None,
+    state: dict[str, Any],
+    ema: dict[str, torch.Tensor] | None = None,
+    keep: int = 2,
+    staged: bool = False,
+) -> Path:
+    """Write the checkpoint of ``iteration`` atomically (module docstring).
+
+    ``staged``: other writers (every process of a sharded run, ``genrl/sharding.py``) have
+    already put their files into ``begin_staging``'s directory; they are checksummed into the
+    manifest with the rest, and ``trainable`` and ``optimizer`` are None (the shards hold
+    them)."""
+    final = checkpoint_dir(run_dir, iteration)
+    tmp = staging_dir(run_dir, iteration) if staged else begin_staging(run_dir, iteration)
+    if staged != (trainable is None and optimizer is None):
+        raise ValueError("a staged (sharded) checkpoint has no trainable or optimizer dicts")
     full_state = {
         **state,
         "iteration": iteration,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
     }
     summary = {k: v for k, v in state.items() if isinstance(v, int | float | str)}
-    writers: dict[str, Callable[[_HashingWriter], object]] = {
-        "trainable.safetensors": lambda f: f.write(_safetensors(trainable)),
+    writers: dict[str, Callable[[_HashingWriter], object]] = {}
+    if trainable is not None and optimizer is not None:
+        writers["trainable.safetensors"] = lambda f: f.write(_safetensors(trainable))
         # torch.save only calls write(); the writer hashes what passes through.
-        "optimizer.pt": lambda f: torch.save(optimizer, cast(IO[bytes], f)),
+        writers["optimizer.pt"] = lambda f: torch.save(optimizer, cast(IO[bytes], f))
+    writers |= {
         "state.pt": lambda f: torch.save(full_state, cast(IO[bytes], f)),
         "state.json": lambda f: f.write(
             json.dumps({"iteration": iteration, **summary}, indent=2).encode()
@@ -94,7 +123,11 @@ def save_checkpoint(
         writers["ema.safetensors"] = lambda f: f.write(_safetensors(ema))
     try:
         files = {name: _write(tmp / name, write) for name, write in writers.items()}
-        manifest = {"format": FORMAT, "files": files}
+        if staged:  # the shards the processes wrote (fsynced here, then checksummed)
+            for file in sorted(tmp.iterdir()):
+                if file.name not in files:
+                    files[file.name] = _checksum(file)
+        manifest = {"format": FORMAT, "files": files, "sharded": staged}
         # Last, so that a directory with a manifest holds every file the manifest lists.
         _write(tmp / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode()))
         fsync_directory(tmp)
@@ -161,6 +194,13 @@ def _write(path: Path, fill: Callable[[_HashingWriter], object]) -> dict[str, An
         handle.flush()
         os.fsync(handle.fileno())
     return {"bytes": writer.size, "sha256": writer.digest.hexdigest()}
+
+
+def _checksum(path: Path) -> dict[str, Any]:
+    """Size and SHA-256 of a file another writer made, after an fsync."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
 
 
 def _prune(run_dir: Path, keep: int) -> None:
@@ -255,8 +295,9 @@ def verify_checkpoint(path: Path) -> None:
         )
         return
     files = manifest["files"]
-    _require_files(path, [*REQUIRED, *files])
-    for name in REQUIRED:
+    required = REQUIRED_SHARDED if manifest.get("sharded") else REQUIRED
+    _require_files(path, [*required, *files])
+    for name in required:
         if name not in files:
             raise CorruptCheckpointError(
                 f"checkpoint {path} is corrupt: {MANIFEST} does not list {name}"
@@ -324,11 +365,14 @@ def load_checkpoint(path: Path, verified: bool = False) -> dict[str, Any]:
     """
     if not verified:
         verify_checkpoint(path)
-    out: dict[str, Any] = {
-        "trainable": _load(path, "trainable.safetensors"),
-        "optimizer": _load(path, "optimizer.pt"),
-        "state": _load(path, "state.pt"),
-    }
+    if is_sharded_checkpoint(path):  # the shards are read by genrl/sharding.py
+        out: dict[str, Any] = {"state": _load(path, "state.pt"), "sharded": path}
+    else:
+        out = {
+            "trainable": _load(path, "trainable.safetensors"),
+            "optimizer": _load(path, "optimizer.pt"),
+            "state": _load(path, "state.pt"),
+        }
     if (path / "ema.safetensors").is_file():
         out["ema"] = _load(path, "ema.safetensors")
     state = out["state"]
@@ -343,6 +387,12 @@ def load_checkpoint(path: Path, verified: bool = False) -> dict[str, Any]:
             f"checkpoint {path}: state.pt is not a genrl checkpoint state (no {missing[0]!r})"
         )
     return out
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether the checkpoint ``path`` holds per-process shards (an FSDP2 run's)."""
+    manifest = _read_manifest(path)
+    return bool(manifest and manifest.get("sharded"))
 
 
 def _load(path: Path, name: str) -> Any:

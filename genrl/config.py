@@ -35,7 +35,8 @@ class PolicyConfig:
     pretrained: str | None = None
     """Local directory/file or hub id of the weights; None uses the adapter's embedded weights."""
     lora_rank: int = 0
-    """LoRA rank through peft; 0 fine-tunes all parameters (reference = frozen copy)."""
+    """LoRA rank through peft; 0 fine-tunes all parameters (the reference, when the algorithm
+    uses one, is then a frozen copy; ``reference_offload`` keeps it on the CPU)."""
     lora_alpha: float = 0.0
     """LoRA scaling numerator; 0 means ``2 * lora_rank`` (Flow-GRPO: r 32, alpha 64)."""
     lora_target_modules: list[str] | None = None
@@ -43,6 +44,12 @@ class PolicyConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Storage dtype of the frozen weights (base model, text encoders, VAE); trainable parameters
     stay float32. Anything but float32 needs ``train.mixed_precision`` (autocast)."""
+    reference_offload: bool = False
+    """Full fine-tuning with a reference (a KL term, RAM, GDRO): keep the frozen copy on the CPU
+    and move it to the device only while it is used (saves one model's memory on the device,
+    costs a host-to-device copy of its weights per use). No effect under LoRA, whose reference
+    is the base model with the adapter off, or when the algorithm never uses a reference (no
+    copy is made: e.g. ``kl_beta=0``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
     kwargs: dict[str, Any] = field(default_factory=dict)

@@ -101,4 +101,8 @@ def _process_layout(accelerator: Any) -> tuple[int, int]:
         return 0, 1
     if str(getattr(accelerator, "distributed_type", "")).upper().endswith(("FSDP", "DEEPSPEED")):
         return 0, 1
+    from genrl.sharding import env_requests_fsdp
+
+    if env_requests_fsdp():  # genrl's own FSDP2 on CPU processes (genrl/sharding.py)
+        return 0, 1
     return accelerator.process_index, accelerator.num_processes

@@ -16,6 +16,7 @@ from genrl.metrics import MeanAccumulator, to_floats
 from genrl.objectives.base import StepContext
 from genrl.protocols import Policy
 from genrl.rng import RolloutNoise, Streams
+from genrl.sharding import full_tensor
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -160,7 +161,10 @@ class Updater:
             grad_norm = self.accelerator.clip_grad_norm_(params, o.max_grad_norm)
         else:
             norms = [p.grad.norm() for p in params if p.grad is not None]
+            norms = [full_tensor(n) for n in norms]  # FSDP2: each shard's norm -> the whole's
             grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else 0.0
+        if isinstance(grad_norm, torch.Tensor):
+            grad_norm = full_tensor(grad_norm)  # a DTensor under FSDP2
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr(self.steps)
         self.optimizer.step()

@@ -50,7 +50,12 @@ class Policy(Protocol):
 
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         """LoRA of ``rank`` (> 0) on ``target_modules`` (None: the adapter's default), or full
-        fine-tuning with a frozen reference copy (0)."""
+        fine-tuning (0)."""
+        ...
+
+    def keep_reference(self, offload: bool = False) -> None:
+        """Make ``reference()`` usable: nothing under LoRA, a frozen copy of the current weights
+        under full fine-tuning (on the CPU between uses with ``offload``)."""
         ...
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...

@@ -20,9 +20,11 @@ from genrl.config import TrainConfig
 from genrl.groups import process_slice
 from genrl.launch import build_accelerator
 from genrl.objectives.base import Objective
+from genrl.overrides import ConfigError
 from genrl.prompts import PromptSource, load_prompts
 from genrl.protocols import Policy
 from genrl.rollouts.base import Rollout
+from genrl.sharding import env_requests_fsdp, shard_module, shards_itself
 
 
 @dataclass
@@ -59,7 +61,8 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     any model loads), 2. the policy with its weights, 3. its training setup (LoRA or full
     fine-tuning, once, seeded from ``config.seed`` without touching the caller's RNG), 4. the
     rewards on this process's device, 5. the algorithm's rollout and objective bound to the
-    policy (which checks the policy's kind), 6. the optimizer, with the policy's module and the
+    policy (which checks the policy's kind), and the reference copy when either of them uses
+    the reference under full fine-tuning (``Policy.keep_reference``), 6. the optimizer, with the policy's module and the
     optimizer prepared by the accelerator (DDP, FSDP or DeepSpeed wrapping happens here)."""
     accelerator = accelerator or build_accelerator(config.train.mixed_precision)
     config.validate(accelerator.num_processes)
@@ -77,7 +80,22 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     # 5. Rollout and objective.
     algorithm = ALGORITHMS[config.algorithm.name](config.algorithm, config)
     rollout, objective = algorithm.build(policy)
-    # 6. Optimizer; the accelerator wraps the module and the optimizer.
+    # The reference exists only when something uses it: under full fine-tuning a frozen copy of
+    # the weights (none at kl_beta=0); an offline store is filled by the reference policy.
+    if rollout.uses_reference or objective.uses_reference or config.train.offline_store:
+        policy.keep_reference(offload=p.reference_offload)
+    # 6. Optimizer; the accelerator wraps the module and the optimizer, except where genrl
+    # shards the module itself (FSDP2 on CPU processes, genrl/sharding.py): that happens
+    # before the optimizer is made, so that it holds the sharded parameters.
+    sharded = shards_itself(accelerator)
+    if env_requests_fsdp() and config.optim.ema_decay:
+        # EMA swaps parameter storage, which FSDP2's own shard buffers never see.
+        raise ConfigError(
+            "optim.ema_decay is not supported with FSDP yet (its EMA weights would not reach "
+            "the sharded model): set optim.ema_decay=0, or train with DDP"
+        )
+    if sharded:
+        shard_module(policy.module)
     o = config.optim
     optimizer = torch.optim.AdamW(
         policy.trainable_parameters(),
@@ -86,7 +104,10 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
         eps=o.eps,
         weight_decay=o.weight_decay,
     )
-    policy.module, optimizer = accelerator.prepare(policy.module, optimizer)
+    if sharded:
+        optimizer = accelerator.prepare(optimizer)
+    else:
+        policy.module, optimizer = accelerator.prepare(policy.module, optimizer)
 
     t = config.train
     local = process_slice(

@@ -33,6 +33,7 @@ from genrl.launch import build_accelerator
 from genrl.metrics import MetricsWriter, console_line
 from genrl.optimization import Updater
 from genrl.run import build_run
+from genrl.sharding import gathered, is_sharded, load_shards, save_shards
 
 
 class Trainer:
@@ -180,7 +181,13 @@ class Trainer:
         weights) on the main process; the EMA weights when the run keeps an EMA, since those
         are what the held-out evaluation scores."""
         path = None
-        if self.is_main:
+        if is_sharded(self.policy.network):
+            # Every process gathers the full weights (a collective); the main one writes them.
+            context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+            with context, gathered(self.policy.network, self.is_main):
+                if self.is_main:
+                    path = self.policy.export(directory)
+        elif self.is_main:
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
             with context:
                 path = self.policy.export(directory)
@@ -199,6 +206,8 @@ class Trainer:
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
         self.wall_seconds_before = wall_seconds
+        if is_sharded(self.policy.network):
+            return self._save_sharded()
         path = None
         if self.is_main:
             path = ckpt.save_checkpoint(
@@ -213,13 +222,49 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         return path
 
+    def _save_sharded(self) -> Path | None:
+        """FSDP2: every process writes its shard of the weights and optimizer state into the
+        staging directory; the main process adds the rest, checksums everything and renames
+        the directory into place (``genrl/checkpoint.py``)."""
+        if self.ema is not None:
+            raise ckpt.CheckpointError("EMA weights cannot be checkpointed under FSDP")
+        if self.is_main:
+            ckpt.begin_staging(self.run_dir, self.iteration)
+        self.accelerator.wait_for_everyone()
+        save_shards(
+            self.policy.network, self.optimizer, ckpt.staging_dir(self.run_dir, self.iteration)
+        )
+        self.accelerator.wait_for_everyone()
+        path = None
+        if self.is_main:
+            path = ckpt.save_checkpoint(
+                self.run_dir,
+                self.iteration,
+                trainable=None,
+                optimizer=None,
+                state=self.state(),
+                keep=self.config.logging.keep_checkpoints,
+                staged=True,
+            )
+        self.accelerator.wait_for_everyone()
+        return path
+
     def load_checkpoint(self, path: Path, verified: bool = False) -> None:
         """Restore everything from the checkpoint directory ``path``; its files are checked
         against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
         just did)."""
         data = ckpt.load_checkpoint(path, verified=verified)
-        self.policy.load_trainable_state_dict(data["trainable"])
-        self.optimizer.load_state_dict(data["optimizer"])
+        sharded = is_sharded(self.policy.network)
+        if sharded != ("sharded" in data):
+            raise ckpt.CheckpointError(
+                f"{path} was written by a {'sharded (FSDP)' if 'sharded' in data else 'DDP'} "
+                f"run and cannot resume a {'sharded' if sharded else 'DDP'} one"
+            )
+        if sharded:
+            load_shards(self.policy.network, self.optimizer, path)
+        else:
+            self.policy.load_trainable_state_dict(data["trainable"])
+            self.optimizer.load_state_dict(data["optimizer"])
         if self.ema is not None:
             if "ema" not in data:
                 raise ckpt.CheckpointError(f"{path} has no EMA weights but optim.ema_decay is set")

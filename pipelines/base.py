@@ -2,7 +2,7 @@
 
 ``TrainablePolicy`` holds what does not depend on the modality: the trainable parameters (LoRA
 through peft, or all of them), the reference-policy context (adapter disabled, or a frozen copy
-under full fine-tuning), state dicts for checkpoints, and export. ``FlowPolicy`` adds what
+under full fine-tuning, made only when the run uses it), state dicts for checkpoints, and export. ``FlowPolicy`` adds what
 flow-matching algorithms need: prompt encoding, velocity with optional classifier-free guidance,
 the noise schedule and decoding to images. Token policies (``pipelines/causal_lm.py``) derive from
 ``TrainablePolicy`` too.
@@ -92,6 +92,8 @@ class TrainablePolicy:
 
     def __init__(self) -> None:
         self._frozen_reference: nn.Module | None = None
+        self._reference_offload = False
+        self._storage_dtypes: dict[str, torch.dtype] = {}
         self._use_reference = False
 
     @property
@@ -107,11 +109,19 @@ class TrainablePolicy:
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
         """Inside this context ``velocity`` uses the reference policy: the base model with the
-        LoRA adapter disabled (no second copy), or a frozen copy made at setup for full
-        fine-tuning."""
-        if self._frozen_reference is not None:
+        LoRA adapter disabled (no second copy), or under full fine-tuning the frozen copy that
+        ``keep_reference`` made (moved to the network's device for the context, and back to the
+        CPU afterwards when offloaded)."""
+        if not self.is_lora and self._frozen_reference is None:
+            raise RuntimeError(
+                "policy.reference() under full fine-tuning needs a frozen copy of the initial "
+                "weights, and none was kept: call policy.keep_reference() after setup_training "
+                "(the trainer does when the rollout or objective says uses_reference)"
+            )
+        frozen = self._frozen_reference
+        if frozen is not None:
             # The trainer moves only the trained network to the accelerator; follow it.
-            self._frozen_reference.to(self.device)
+            frozen.to(self.device)
         self._use_reference = True
         try:
             if self.is_lora:
@@ -121,6 +131,45 @@ class TrainablePolicy:
                 yield
         finally:
             self._use_reference = False
+            if frozen is not None and self._reference_offload:
+                frozen.to("cpu")
+
+    def keep_reference(self, offload: bool = False) -> None:
+        """Make the reference policy available to ``reference()``: under LoRA nothing to do (the
+        adapter is switched off); under full fine-tuning a frozen copy of the current weights,
+        so call it after ``setup_training`` and before any update. ``offload`` keeps the copy
+        on the CPU between uses. Algorithms that never use the reference skip this, and no
+        copy exists (e.g. Flow-GRPO at ``kl_beta=0``)."""
+        self._reference_offload = offload
+        if self.is_lora or self._frozen_reference is not None:
+            return
+        frozen = copy.deepcopy(self.network).requires_grad_(False).eval()
+        if offload:
+            frozen.to("cpu")
+        for name, param in frozen.named_parameters():
+            stored = self._storage_dtypes.get(name, param.dtype)
+            if param.dtype != stored:
+                param.data = param.data.to(stored)
+        self._frozen_reference = frozen
+
+    @property
+    def reference_bytes(self) -> dict[str, int]:
+        """Bytes of reference-only parameters by device type (empty when there is no separate
+        copy: LoRA, or a run that never uses the reference)."""
+        held: dict[str, int] = {}
+        if self._frozen_reference is not None:
+            for param in self._frozen_reference.parameters():
+                kind = param.device.type
+                held[kind] = held.get(kind, 0) + param.numel() * param.element_size()
+        return held
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the network is sharded over processes (FSDP2: its parameters are
+        ``DTensor``s), so that every forward is a collective."""
+        from torch.distributed.tensor import DTensor
+
+        return any(isinstance(p, DTensor) for p in self.network.parameters())
 
     @property
     def is_lora(self) -> bool:
@@ -128,7 +177,8 @@ class TrainablePolicy:
 
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         """Make the network trainable: wrap it with a LoRA adapter (``rank > 0``) or unfreeze it
-        all and keep a frozen reference copy."""
+        all. A reference for full fine-tuning is a separate step (``keep_reference``), taken
+        only by runs whose algorithm uses one."""
         if rank > 0:
             from peft import LoraConfig, get_peft_model
 
@@ -142,7 +192,9 @@ class TrainablePolicy:
             self.network.requires_grad_(False)
             self.network = get_peft_model(self.network, lora)
         else:
-            self._frozen_reference = copy.deepcopy(self.network).requires_grad_(False).eval()
+            # What each weight was stored as: adapters make trained weights float32 after this,
+            # and the reference copy goes back to these (a bf16 model keeps a bf16 reference).
+            self._storage_dtypes = {n: p.dtype for n, p in self.network.named_parameters()}
             self.network.requires_grad_(True)
         self.module = self.network
 
@@ -153,11 +205,18 @@ class TrainablePolicy:
         return [p for p in self.network.parameters() if p.requires_grad]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            n: p.detach().cpu().clone()
-            for n, p in self.network.named_parameters()
-            if p.requires_grad
-        }
+        """The trainable weights, whole and on the CPU. Under FSDP2 every shard is gathered
+        (a collective: every process calls this)."""
+        from torch.distributed.tensor import DTensor
+
+        out = {}
+        for n, p in self.network.named_parameters():
+            if p.requires_grad:
+                value = p.detach()
+                out[n] = (
+                    (value.full_tensor() if isinstance(value, DTensor) else value).cpu().clone()
+                )
+        return out
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         params = dict(self.network.named_parameters())

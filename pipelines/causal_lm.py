@@ -130,6 +130,7 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
             self.eos_token_ids,
             int(self.tokenizer.pad_token_id),
             generator,
+            lockstep=self.sharded,
         )
 
     def completion_logits(

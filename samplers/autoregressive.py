@@ -174,6 +174,7 @@ def generate(
     eos_token_ids: list[int],
     pad_token_id: int,
     generator: torch.Generator | None = None,
+    lockstep: bool = False,
 ) -> Generation:
     """Batched sampling with a key-value cache until every row ends or ``max_new_tokens``.
 
@@ -181,6 +182,9 @@ def generate(
         next_logits: the model call (see ``NextTokenLogits``); the cache object is opaque here.
         prompt_ids, prompt_mask: ``[B, P]`` left-padded prompts and their attention mask.
         eos_token_ids: ids that end a row (the end token itself is kept and trained on).
+        lockstep: call ``next_logits`` ``max_new_tokens`` times even after every row ended
+            (their results are dropped; the output is the same): a sharded model's forward is a
+            collective, and every process must make the same number of them.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -201,6 +205,10 @@ def generate(
         masks.append(alive)
         finished = finished | (alive & torch.isin(step.tokens, eos))
         if bool(finished.all()):
+            for _ in range(max_new_tokens - len(tokens) + 1 if lockstep else 0):
+                attention = torch.cat([attention, torch.zeros_like(attention[:, :1])], dim=1)
+                _, cache = next_logits(tokens[-1][:, None], next_position, attention, cache)
+                next_position = next_position + 1
             break
         attention = torch.cat([attention, alive[:, None].long()], dim=1)
         logits, cache = next_logits(tokens[-1][:, None], next_position, attention, cache)

@@ -67,3 +67,13 @@ def test_rubric_benchmark_ends_with_its_json_line() -> None:
         # Two samples: 2 extractions + 6 judge questions one by one.
         assert row["judge_calls_one_by_one"] == 8 and row["max_score_difference"] < 1e-5
     assert summary["local"]["judge_calls_batched"] == 3  # extraction, text judges, image judge
+
+
+@pytest.mark.slow
+def test_reference_memory_ends_with_its_json_line() -> None:
+    summary = run_benchmark("reference_memory.py", "--no-iteration")
+    assert summary["benchmark"] == "reference_memory"
+    runs = summary["runs"]
+    assert runs["kl0"]["reference_bytes"] == {}  # no frozen copy at kl_beta=0
+    assert runs["kl"]["reference_bytes"] == {"cpu": runs["kl"]["network_bytes"]}
+    assert summary["device_bytes_kl0_over_before"] == 0.5

@@ -53,6 +53,13 @@ class Objective(abc.ABC, Generic[P, B, U]):
     """Base of every objective: ``P`` is the policy protocol it scores with
     (``genrl/protocols.py``), ``B`` the rollout's batch, ``U`` the training units."""
 
+    @property
+    def uses_reference(self) -> bool:
+        """Whether ``units`` or ``loss`` enter ``policy.reference()`` (a KL term, a reference
+        anchor). Under full fine-tuning the run keeps a frozen copy of the network only when
+        the objective or the rollout says True; ``reference()`` without one is an error."""
+        return False
+
     def advantage_inputs(self, batch: B) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``[n, ...]`` of this process's rollout that ``advantages`` needs
         besides the rewards (e.g. per-step KL, a tree's edge log-probs); the trainer gathers them

@@ -110,6 +110,10 @@ class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions])
         self.step_loss = FlowStepLoss(config, rollout, rollout.guidance_scale)
 
     @property
+    def uses_reference(self) -> bool:
+        return self.config.kl_beta > 0
+
+    @property
     def num_train_steps(self) -> int:
         """Steps trained per trajectory: ``timestep_fraction`` of its stochastic steps, or every
         step of an SDE window (Flow-GRPO-Fast and MixGRPO train the whole window)."""

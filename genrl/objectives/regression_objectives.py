@@ -69,6 +69,10 @@ class RAMObjective(EndpointRegression):
         self.tracker = PerPromptStatTracker(config.std_mode, 1)
         self.loss_fn = RAMLoss()
 
+    @property
+    def uses_reference(self) -> bool:
+        return True  # the regression target is built on the reference velocity
+
     def advantages(
         self,
         rewards: torch.Tensor,
@@ -141,6 +145,10 @@ class GDROObjective(EndpointRegression):
         super().__init__(config, rollout, group_size, group_units=True)
         self.config = config
         self.loss_fn = GroupRankingLoss(config.beta, config.tau, config.gamma, config.reduction)
+
+    @property
+    def uses_reference(self) -> bool:
+        return True  # the implicit reward compares with the reference's error
 
     def advantages(
         self,
@@ -242,6 +250,10 @@ class NFTObjective(EndpointRegression):
         self.config = config
         self.tracker = PerPromptStatTracker(config.std_mode, 1)
         self.loss_fn = NFTLoss(config.beta, config.advantage_clip, config.kl_beta)
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.config.kl_beta > 0
 
     def advantages(
         self,

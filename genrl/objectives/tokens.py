@@ -223,6 +223,10 @@ class TokenObjective(Objective[TP, TB, TU]):
                 config.mssr_rho, config.mssr_prior_count, config.mssr_v_init
             )
 
+    @property
+    def uses_reference(self) -> bool:
+        return self.config.kl_beta > 0
+
     def advantages(
         self,
         rewards: torch.Tensor,

@@ -156,6 +156,10 @@ class TreePolicyGradient(Objective[FlowPolicy, TreeTrajectories, FlowTransitions
         self.step_loss = FlowStepLoss(config, rollout, rollout.train_config.sampler.guidance_scale)
         self.trained = self._trained_steps(0, 0)  # at the first iteration (for planning)
 
+    @property
+    def uses_reference(self) -> bool:
+        return self.config.kl_beta > 0
+
     def _trained_steps(self, iteration: int, iterations: int) -> list[int]:
         s = self.schedule
         return self.config.trained_steps(

@@ -30,6 +30,12 @@ class Rollout(abc.ABC, Generic[P, B]):
     """Base of every rollout; built once per run by its algorithm, after the policy. ``P`` is
     the policy protocol it samples from (``genrl/protocols.py``), ``B`` the batch it makes."""
 
+    @property
+    def uses_reference(self) -> bool:
+        """Whether sampling enters ``policy.reference()`` (e.g. a per-step KL measured while
+        sampling); see ``Objective.uses_reference``."""
+        return False
+
     @abc.abstractmethod
     def collect(
         self, policy: P, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise

@@ -113,6 +113,10 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
     keep_means: bool = False
     """Record every step's transition mean (GRPO-Guard's ratio normalisation needs them)."""
 
+    @property
+    def uses_reference(self) -> bool:
+        return self.measure_kl
+
     @classmethod
     def from_config(
         cls,
