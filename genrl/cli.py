@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _add_config_args(p: argparse.ArgumentParser, recipe_optional: bool = True) -> None:
@@ -204,11 +205,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     if resume is None and not args.overwrite:
         refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
     try:
-        Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite).train()
+        trainer = Trainer(config, run_dir=run_dir, resume_from=resume, overwrite=args.overwrite)
+        trainer.train()
     except KeyboardInterrupt:
         print(f"genrl: {_interrupted_run(run_dir)}", file=sys.stderr)
         return 130
+    _end_processes(trainer.accelerator)
     return 0
+
+
+def _end_processes(accelerator: Any) -> None:
+    """Leave the process group together before the interpreter exits. Left to the exit
+    handlers, a gloo group's worker threads are sometimes torn down while still joinable, and
+    one process aborts (``terminate called without an active exception``), failing a run that
+    finished."""
+    if accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
 
 
 def _interrupted_run(run_dir: Path) -> str:
