@@ -95,8 +95,8 @@ def test_reward_by_hand() -> None:
 
 def test_prompt_set_carries_pictures_and_answers() -> None:
     source = load_prompts("shapes_vqa")
-    assert len(source.train) == 1000 and len(source.eval) == 200
-    assert len(set(source.train)) == 1000  # distinct texts: genrl keys prompts by text
+    assert len(source.train) == 4000 and len(source.eval) == 1000
+    assert len(set(source.train)) == 4000  # distinct texts: genrl keys prompts by text
     prompt = source.eval[0]
     assert isinstance(prompt, Prompt) and prompt.endswith("(#0)")
     assert prompt.columns["images"][0].size == (IMAGE_SIZE, IMAGE_SIZE)
