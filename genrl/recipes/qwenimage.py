@@ -4,7 +4,8 @@ hub weights; the tests run them on tiny stand-ins).
 Sources, read for these recipes:
 
 * Flow-GRPO (github.com/yifan123/flow_grpo): ``config/grpo.py`` ``pickscore_qwenimage`` (and
-  its ``_8gpu`` twin) over ``config/base.py`` (stored version 54809b5). The index holds no
+  its ``_8gpu`` twin; the index's version at commit 31c71b9) over ``config/base.py`` (at
+  54809b5). The index holds no
   ``scripts/train_qwenimage.py`` (only ``train_qwenimage_edit_plus.py`` for Qwen-Image-Edit-2509),
   so what that script decides is **not found**: LoRA rank, alpha, targets and init, the text
   encoder's ``max_sequence_length``, and whether CFG gradients flow through both branches.
