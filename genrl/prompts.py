@@ -78,6 +78,17 @@ def _t2i_simple() -> PromptSource:
     )
 
 
+def _ocr_simple() -> PromptSource:
+    """120 text-rendering prompts (10 scenes x 30 short phrases, shuffled with seed 0), 100 train
+    / 20 held out, each quoting the text the ``ocr`` reward reads (the form of Flow-GRPO's
+    ``dataset/ocr`` prompts); the default prompts of the OCR recipes."""
+    folder = Path(__file__).resolve().parent / "assets" / "prompts"
+    return PromptSource(
+        train=read_prompt_file(folder / "ocr_simple_train.txt"),
+        eval=read_prompt_file(folder / "ocr_simple_eval.txt"),
+    )
+
+
 def _t2v_simple() -> PromptSource:
     """60 short text-to-video prompts (12 subjects x 8 motions, shuffled), 48 train / 12 held
     out; the default prompts of the Wan recipes (replace with your own dataset)."""
@@ -155,6 +166,7 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "compositional": _compositional,
     "t2i_simple": _t2i_simple,
     "t2v_simple": _t2v_simple,
+    "ocr_simple": _ocr_simple,
     "countdown": _countdown,
     "countdown_chat": _countdown_chat,
     "sudoku": _sudoku,

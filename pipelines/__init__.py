@@ -21,6 +21,8 @@ POLICIES: dict[str, Any] = {
     "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
     "zimage": "pipelines.zimage:ZImagePolicy",
     "chroma": "pipelines.chroma:ChromaPolicy",
+    "flux2": "pipelines.flux2:Flux2Policy",
+    "flux2_klein": "pipelines.flux2:Flux2KleinPolicy",
     "wan": "pipelines.wan:WanPolicy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.causal_lm:CausalLMPolicy",

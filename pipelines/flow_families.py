@@ -25,6 +25,8 @@ FAMILIES: dict[str, Any] = {
     "QwenImageEditPipeline": "pipelines.qwenimage_edit:QwenImageEditPolicy",
     "ZImagePipeline": "pipelines.zimage:ZImagePolicy",
     "ChromaPipeline": "pipelines.chroma:ChromaPolicy",
+    "Flux2Pipeline": "pipelines.flux2:Flux2Policy",
+    "Flux2KleinPipeline": "pipelines.flux2:Flux2KleinPolicy",
 }
 """Pipeline class name -> ``"module:Class"`` or an adapter class."""
 

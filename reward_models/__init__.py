@@ -33,6 +33,7 @@ REWARDS: dict[str, Any] = {
     "artifact_probe": "reward_models.artifact:ArtifactProbeReward",
     "artifact_judge": "reward_models.judge:ArtifactJudgeReward",
     "vqa_score": "reward_models.vqa_score:VQAScoreReward",
+    "ocr": "reward_models.ocr:OCRReward",
     "corrected_score": "reward_models.corrected:CorrectedScore",
     "frame_reward": "reward_models.video:FrameReward",
     "video_judge": "reward_models.video:VideoJudgeReward",

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from diffusers_tiny import build_flux, build_sana, build_sd3
 from diffusers_tiny_families import build_chroma, build_lumina2, build_qwenimage, build_zimage
+from diffusers_tiny_flux2 import OUT_LAYERS, build_flux2, build_flux2_klein
 
 PROMPTS = ["a red cat", "a blue dog on the grass"]  # of different token lengths
 SIZE = {"height": 32, "width": 32}
@@ -47,6 +48,15 @@ class Family:
     """Adapter keywords (besides the image size)."""
     call: dict[str, Any] = field(default_factory=dict)
     """The same settings as stock-call keywords."""
+    embedded_guidance: bool = False
+    """The stock call's guidance is a distilled guidance embedding, not CFG (FLUX.2 [dev]):
+    the tests set the adapter's ``embedded_guidance`` to ``g`` and sample without CFG."""
+    stock_noise: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
+    """Maps our initial noise to the stock call's ``latents=`` layout when they differ (FLUX.2
+    takes patchified ``[B, 4C, h, w]`` and packs it into tokens itself)."""
+    stock_latents: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
+    """Maps ``output_type="latent"`` of the stock call to our latent layout when they differ
+    (FLUX.2 [klein] returns un-normalised VAE latents)."""
 
 
 SHORT_SYSTEM = {"system_prompt": "Draw the prompt.", "max_sequence_length": 24}
@@ -69,12 +79,38 @@ FAMILIES: dict[str, Family] = {
         build_zimage, offset_cfg, {"max_sequence_length": 64}, {"max_sequence_length": 64}
     ),
 }
+FLUX2_TEXT = {"max_sequence_length": 128, "text_encoder_out_layers": OUT_LAYERS}
+FAMILIES["flux2"] = Family(
+    build_flux2,
+    plain_cfg,
+    FLUX2_TEXT,
+    FLUX2_TEXT,
+    embedded_guidance=True,
+    stock_noise=lambda policy, noise: policy._to_vae_layout(noise),
+)
+FAMILIES["flux2_klein"] = Family(
+    build_flux2_klein,
+    plain_cfg,
+    FLUX2_TEXT,
+    FLUX2_TEXT,
+    stock_noise=lambda policy, noise: policy._to_vae_layout(noise),
+    stock_latents=lambda policy, latents: policy.from_vae_latents(latents),
+)
 # Stock-call keywords that are not adapter settings.
 CALL_ONLY = {"sana": {"use_resolution_binning": False}}
 
 
-def family_kwargs(family: str) -> dict[str, Any]:
-    return {**SIZE, **FAMILIES[family].policy}
+def family_kwargs(family: str, guidance: float = 1.0) -> dict[str, Any]:
+    """Adapter keywords; for a guidance-embedding family, with the embedding set to the stock
+    call's ``guidance`` (so that both sides guide alike)."""
+    embedded = {"embedded_guidance": guidance} if FAMILIES[family].embedded_guidance else {}
+    return {**SIZE, **FAMILIES[family].policy, **embedded}
+
+
+def sampler_guidance(family: str, guidance: float) -> float:
+    """Our rollouts' CFG scale matching the stock call at ``guidance`` (1 for a family whose
+    guidance is an embedding, set by ``family_kwargs``)."""
+    return 1.0 if FAMILIES[family].embedded_guidance else guidance
 
 
 def pipe_call(
@@ -90,7 +126,9 @@ def pipe_call(
     description = FAMILIES[family]
     kwargs = {**description.call, **CALL_ONLY.get(family, {}), **description.stock_cfg(guidance)}
     policy.pipe.set_progress_bar_config(disable=True)
-    return policy.pipe(
+    if description.stock_noise is not None:
+        noise = description.stock_noise(policy, noise)
+    images = policy.pipe(
         prompt=list(PROMPTS),  # a copy: ZImagePipeline templates its prompt list in place
         latents=noise.clone(),
         num_inference_steps=steps,
@@ -99,3 +137,6 @@ def pipe_call(
         **kwargs,
         **extra,
     ).images
+    if output_type == "latent" and description.stock_latents is not None:
+        return description.stock_latents(policy, images)
+    return images

@@ -1,4 +1,4 @@
-"""The diffusers flow adapters (SD3, FLUX, SANA, Lumina2, QwenImage) on tiny random pipelines
+"""The diffusers flow adapters (SD3, FLUX, SANA, Lumina2, QwenImage, FLUX.2, ...) on tiny random pipelines
 loaded from disk, each family described once in ``family_table.FAMILIES``.
 
 Every test goes through the user's path: ``save_pretrained`` -> our loader -> sampling/training,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_table import FAMILIES, PROMPTS, SIZE, family_kwargs, pipe_call
+from family_table import FAMILIES, PROMPTS, SIZE, family_kwargs, pipe_call, sampler_guidance
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
 from genrl.config import (
@@ -50,11 +50,12 @@ def test_stock_call_applies_guidance(pipeline_dirs, family: str) -> None:
 @pytest.mark.parametrize("guidance", [1.0, 4.5])
 def test_ode_rollout_reproduces_pipe_call(pipeline_dirs, family: str, guidance: float) -> None:
     policy = build_policy(
-        "flow_image", pretrained=str(pipeline_dirs[family]), **family_kwargs(family)
+        "flow_image", pretrained=str(pipeline_dirs[family]), **family_kwargs(family, guidance)
     )
-    assert type(policy).__name__.lower().startswith(family)
+    assert type(policy).__name__.lower().startswith(family.replace("_", ""))
     noise = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
-    ours = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=guidance)
+    scale = sampler_guidance(family, guidance)
+    ours = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=scale)
     latents = pipe_call(policy, family, noise, guidance, "latent")
     assert (latents.float() - ours).abs().max() < 1e-4
     images = pipe_call(policy, family, noise, guidance, "pt")

@@ -13,6 +13,7 @@ from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
+from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.video_digits import VIDEO_RECIPES
 from genrl.recipes.vlm import VLM_RECIPES
@@ -23,6 +24,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
+    **QWENIMAGE_RECIPES,
     **WAN_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
