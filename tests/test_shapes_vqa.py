@@ -101,6 +101,10 @@ def test_prompt_set_carries_pictures_and_answers() -> None:
     assert isinstance(prompt, Prompt) and prompt.endswith("(#0)")
     assert prompt.columns["images"][0].size == (IMAGE_SIZE, IMAGE_SIZE)
     assert prompt.columns["answer"] == make_problems(1, 0, "heldout")[0].answer
+    # The embedded VLM's manifest reports accuracy on 200 held-out problems: they are the prefix.
+    manifest_problems = make_problems(200, 0, "heldout")
+    assert [p.columns["answer"] for p in source.eval[:200]] == [p.answer for p in manifest_problems]
+    assert list(source.eval[:200]) == [p.prompt(i) for i, p in enumerate(manifest_problems)]
 
 
 def test_asset_matches_its_manifest() -> None:
