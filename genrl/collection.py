@@ -9,6 +9,7 @@ until enough groups have varied rewards (``genrl/allocation.py``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from genrl.groups import expand_groups, gather, gather_scores
 from genrl.objectives.base import Objective
 from genrl.prompts import prompt_id, reward_metadata
 from genrl.protocols import Policy
+from genrl.reward_overlap import sample_and_score, score_in_chunks
 from genrl.rng import RolloutNoise
 from genrl.rollouts.base import Rollout
 
@@ -158,18 +160,33 @@ class BatchCollector:
         )
         local_prompts = global_prompts[self.local]
 
-        # 2. Rollout (no gradients).
+        # 2. Rollout (no gradients) and 3. rewards, gathered so that every group is whole;
+        # with train.overlap_rewards a chunk is scored while the next one samples.
         self.policy.module.eval()
-        with torch.no_grad(), acc.autocast():
-            rollout = self.rollout.collect(
-                self.policy, local_prompts, global_group_ids[self.local], noise
+        if cfg.train.overlap_rewards:
+            scored = sample_and_score(
+                self.rollout,
+                self.policy,
+                local_prompts,
+                global_group_ids[self.local],
+                noise,
+                self.reward,
+                lambda: _sampling_context(acc),
             )
-        t_rollout = time.perf_counter()
-
-        # 3. Rewards, gathered so that every group is whole.
-        outputs = self.rollout.outputs(self.policy, rollout)
-        metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
-        scores = gather_scores(self.reward(outputs, local_prompts, metadata).scores, acc)
+            rollout, outputs, metadata = scored.batch, scored.outputs, scored.metadata
+            local_scores = scored.scores
+            t_rollout = time.perf_counter() - scored.waiting_s  # when sampling ended
+        else:
+            with _sampling_context(acc):
+                rollout = self.rollout.collect(
+                    self.policy, local_prompts, global_group_ids[self.local], noise
+                )
+            t_rollout = time.perf_counter()
+            outputs = self.rollout.outputs(self.policy, rollout)
+            metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
+            chunks = self.rollout.chunks(len(local_prompts))
+            local_scores = score_in_chunks(self.reward, outputs, local_prompts, metadata, chunks)
+        scores = gather_scores(local_scores, acc)
         # Stateful rewards (an adversarial head) learn from the samples they just scored.
         reward_metrics = self.reward.update(
             outputs, local_prompts, metadata, lambda t: gather(t, acc)
@@ -246,6 +263,14 @@ class BatchCollector:
             timings={"rollout_s": t_read - t_start, "reward_s": 0.0},
             extra_metrics={"offline/epoch": self.offline.epoch(iteration + 1)},
         )
+
+
+def _sampling_context(accelerator: Any) -> contextlib.ExitStack:
+    """What sampling runs under: no gradients, the accelerator's autocast."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.no_grad())
+    stack.enter_context(accelerator.autocast())
+    return stack
 
 
 __all__ = ["BatchCollector", "CollectedBatch"]

@@ -90,6 +90,16 @@ class TrainLoopConfig:
     rollout_batch_size: int = 0
     """Samples per model forward in rollouts, per process (0: the whole local batch at once;
     lower it when a real model's batch does not fit in memory)."""
+    overlap_rewards: bool = False
+    """Score each chunk of ``rollout_batch_size`` samples in a background thread while the
+    rollout samples the next chunk (``genrl/reward_overlap.py``), instead of scoring the whole
+    batch after sampling; rewards and everything after them are the same as without it when a
+    reward's score of a sample does not depend on the rest of its batch. Hides up to
+    ``1 - 1/chunks`` of the reward time; pays for rewards that wait (a reward server, an API)
+    or run on another device, while a CPU reward competes with sampling for cores (set
+    ``torch.set_num_threads`` for both). Flow-GRPO and the endpoint rollouts (RAM, GDRO,
+    DiffusionNFT) stream chunks; BranchGRPO's trees and token rollouts sample the batch at once
+    and are scored after it, as without the option."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"

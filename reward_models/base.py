@@ -64,6 +64,11 @@ class RewardModel(abc.ABC):
 
     name: str = "reward"
     accepts: tuple[str, ...] = OUTPUT_KINDS
+    concurrent_calls: int = 1
+    """Calls of this reward that may run at once, each from its own thread, when chunks are
+    scored while the next ones sample (``train.overlap_rewards``). 1, the default, scores
+    chunks one after the other in one background thread, which is safe for a model holding a
+    device or state; a client of a remote server may allow several requests in flight."""
 
     def __call__(
         self,

@@ -12,7 +12,31 @@ from reward_models.base import RewardModel, RewardOutput
 
 
 class RewardError(RuntimeError):
-    """A reward model failed or returned unusable values; the message names it and the sample."""
+    """A reward model failed or returned unusable values; the message names it and the sample.
+
+    An error about one sample is made with ``about_sample``, which keeps the sample's index
+    apart from the text: a batch scored in chunks (``train.overlap_rewards``) renumbers it with
+    ``shifted`` so that the message names the sample's row in the whole batch.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.sample: int | None = None
+        self._parts = ("", "")
+
+    @classmethod
+    def about_sample(cls, head: str, sample: int, tail: str) -> RewardError:
+        """The error ``f"{head}{sample}{tail}"`` about sample ``sample`` of the scored batch."""
+        error = cls(f"{head}{sample}{tail}")
+        error.sample, error._parts = sample, (head, tail)
+        return error
+
+    def shifted(self, offset: int) -> RewardError:
+        """This error for a batch that starts ``offset`` rows later (itself when the error
+        names no sample, or the offset is 0)."""
+        if self.sample is None or offset == 0:
+            return self
+        return RewardError.about_sample(self._parts[0], self.sample + offset, self._parts[1])
 
 
 class CompositeReward(RewardModel):
@@ -37,6 +61,8 @@ class CompositeReward(RewardModel):
         if len(set(names)) != len(names):
             raise ValueError(f"reward names must be unique, got {names}")
         self.rewards = list(rewards)
+        # Calls from several threads at once only when every member allows them.
+        self.concurrent_calls = min(max(1, int(r.concurrent_calls)) for r, _ in rewards)
         # Every member scores the same outputs: the composite takes what all of them take.
         self.accepts = tuple(
             kind for kind in rewards[0][0].accepts if all(kind in r.accepts for r, _ in rewards)
@@ -70,16 +96,19 @@ class CompositeReward(RewardModel):
             bad = (~torch.isfinite(primary)) & applicable
             if bool(bad.any()):
                 i = int(bad.nonzero()[0])
-                raise RewardError(
-                    f"reward model {model.name!r} returned {primary[i].item()} for sample {i} "
-                    f"(prompt {prompts[i]!r}); rewards must be finite"
+                raise RewardError.about_sample(
+                    f"reward model {model.name!r} returned {primary[i].item()} for sample ",
+                    i,
+                    f" (prompt {prompts[i]!r}); rewards must be finite",
                 )
             total += torch.where(applicable, weight * primary, torch.zeros_like(primary))
             weight_sum += applicable.float() * abs(weight)
         none_apply = weight_sum == 0
         if bool(none_apply.any()):
             i = int(none_apply.nonzero()[0])
-            raise RewardError(f"no reward model applies to sample {i} (prompt {prompts[i]!r})")
+            raise RewardError.about_sample(
+                "no reward model applies to sample ", i, f" (prompt {prompts[i]!r})"
+            )
         total_weight = sum(abs(w) for _, w in self.rewards)
         scores[self.name] = total * (total_weight / weight_sum)
         return RewardOutput(scores)

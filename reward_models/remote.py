@@ -41,6 +41,8 @@ class RemoteReward(RewardModel):
         retries: further attempts after a failed one.
         backoff_s: wait before the first retry, doubled after each.
         max_batch_size: samples per request.
+        concurrent_requests: chunks scored at once, one request each, when rewards overlap
+            sampling (``train.overlap_rewards``; ``RewardModel.concurrent_calls``).
     """
 
     def __init__(
@@ -53,11 +55,15 @@ class RemoteReward(RewardModel):
         retries: int = 3,
         backoff_s: float = 1.0,
         max_batch_size: int = 64,
+        concurrent_requests: int = 4,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"remote reward url must start with http:// or https://, got {url!r}")
-        if retries < 0 or max_batch_size < 1 or timeout_s <= 0:
-            raise ValueError("retries must be >= 0, max_batch_size >= 1 and timeout_s > 0")
+        if retries < 0 or max_batch_size < 1 or timeout_s <= 0 or concurrent_requests < 1:
+            raise ValueError(
+                "retries must be >= 0, max_batch_size >= 1, timeout_s > 0 and "
+                "concurrent_requests >= 1"
+            )
         self.url = url.rstrip("/")
         self.name = name
         self.token = token if token is not None else os.environ.get(token_env)
@@ -65,6 +71,7 @@ class RemoteReward(RewardModel):
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_batch_size = max_batch_size
+        self.concurrent_calls = concurrent_requests
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None

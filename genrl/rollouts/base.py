@@ -5,12 +5,20 @@ step log-prob; trees: the edges; endpoints: clean samples; tokens: ids and masks
 decodes its samples for the rewards, names the extra reward columns, makes the held-out outputs
 of evaluation, and keeps any state that must survive a resume (a lagged copy of the policy).
 It knows no loss: that is the objective's (``genrl/objectives/base.py``).
+
+``stream`` is ``collect`` in chunks: it yields each chunk of samples as soon as it is sampled,
+so that the collector can score one chunk while the next is sampled (``train.overlap_rewards``,
+``genrl/reward_overlap.py``). The default yields the whole batch once ``collect`` returns, which
+is right for rollouts whose chunks cannot be sampled one after the other without changing the
+samples: trees (BranchGRPO needs every leaf of a tree) and token rollouts (one generator draws
+for the whole batch).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -24,6 +32,30 @@ B = TypeVar("B", bound=Batch)
 
 # (prompts of a chunk, their sample indices in the held-out layout) -> decoded outputs
 OutputFn = Callable[[list[str], slice], Any]
+
+
+@dataclass
+class Chunk(Generic[B]):
+    """Samples of a rollout that are complete before the rest of the batch is.
+
+    Attributes:
+        rows: their rows in the process's batch (consecutive chunks tile it in order).
+        batch: those samples, as ``batch.select(rows)`` of the finished batch would hold them;
+            ``Rollout.outputs`` and ``Rollout.reward_metadata`` read it.
+    """
+
+    rows: slice
+    batch: B
+
+
+# Yields the chunks in order, then returns the finished batch (what ``collect`` returns).
+ChunkStream = Generator[Chunk[B], None, B]
+
+
+def chunk_rows(num_samples: int, size: int) -> list[slice]:
+    """Consecutive slices of ``size`` rows covering ``num_samples`` (one when ``size`` is 0)."""
+    size = size or num_samples
+    return [slice(i, min(i + size, num_samples)) for i in range(0, num_samples, size)]
 
 
 class Rollout(abc.ABC, Generic[P, B]):
@@ -41,6 +73,24 @@ class Rollout(abc.ABC, Generic[P, B]):
         self, policy: P, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> B:
         """This process's samples of ``prompts`` (their ``group_ids``), with no gradients."""
+
+    def chunks(self, num_samples: int) -> list[slice]:
+        """The rows of the chunks ``stream`` yields, which are also the batches the rewards
+        score in both orders (so that a reward whose value depends on its batch, e.g. through
+        padding or a BLAS kernel chosen by batch size, scores the same either way). Default:
+        the whole batch."""
+        return [slice(0, num_samples)]
+
+    def stream(
+        self, policy: P, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> ChunkStream[B]:
+        """``collect`` chunk by chunk: yield a ``Chunk`` for each of ``chunks(len(prompts))``
+        once its samples are final, then return the whole batch, equal to what ``collect``
+        returns for the same arguments. The caller holds ``torch.no_grad()`` while it advances
+        the generator. Default: the whole batch as one chunk, after ``collect``."""
+        batch = self.collect(policy, prompts, group_ids, noise)
+        yield Chunk(slice(0, len(prompts)), batch)
+        return batch
 
     @abc.abstractmethod
     def outputs(self, policy: P, batch: B) -> Any:
@@ -79,4 +129,4 @@ class Rollout(abc.ABC, Generic[P, B]):
         del state
 
 
-__all__ = ["OutputFn", "Rollout"]
+__all__ = ["Chunk", "ChunkStream", "OutputFn", "Rollout", "chunk_rows"]

@@ -22,6 +22,7 @@ from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowEndpoints
+from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
 from genrl.rollouts.flow import FlowRollout
 from samplers import FlowODESampler
 
@@ -108,35 +109,65 @@ class EndpointRollout(FlowRollout[FlowEndpoints]):
         """Deterministic ODE samples (``sampler.num_steps``, ``sampler.guidance_scale``) from
         the lagged copy when there is one: first the copy takes its EMA step towards the
         current weights, then it samples."""
+        x, condition = self._begin(policy, prompts, noise)
+        with self.lagged_weights():
+            samples = torch.cat([chunk for _, chunk in self._ode(policy, x, condition)])
+        return self.from_samples(prompts, group_ids, condition, samples)
+
+    def chunks(self, num_samples: int) -> list[slice]:
+        """Chunks of ``train.rollout_batch_size`` samples."""
+        return chunk_rows(num_samples, self.train_config.train.rollout_batch_size)
+
+    def stream(
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> ChunkStream[FlowEndpoints]:
+        """``collect``, yielding each chunk of ``train.rollout_batch_size`` endpoints as soon
+        as its ODE ends (``collect`` samples the same chunks in the same order). The lagged
+        copy's weights are swapped in only while a chunk samples."""
+        with torch.no_grad():
+            x, condition = self._begin(policy, prompts, noise)
+        chunks, samples = self._ode(policy, x, condition), []
+        while True:
+            with torch.no_grad(), self.lagged_weights():
+                item = next(chunks, None)
+            if item is None:
+                break
+            rows, chunk = item
+            samples.append(chunk)
+            yield Chunk(
+                rows,
+                self.from_samples(prompts[rows], group_ids[rows], _rows(condition, rows), chunk),
+            )
+        return self.from_samples(prompts, group_ids, condition, torch.cat(samples))
+
+    def _begin(
+        self, policy: FlowPolicy, prompts: list[str], noise: RolloutNoise
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The initial noise and prompt encodings; the lagged copy's EMA step, once per
+        iteration: not again for a dynamic-sampling refill round, nor when a run resumes the
+        iteration it stopped in."""
         x = noise.randn(Streams.INITIAL_NOISE, tuple(policy.latent_shape), policy.device)
         condition = policy.encode_prompts(prompts)
         lagged = self.lagged
-        # Once per iteration: not again for a dynamic-sampling refill round, nor when a run
-        # resumes the iteration it stopped in.
         if lagged is not None and noise.iteration > self.lagged_iteration:
             assert self.lagged_config is not None
             lagged.decay = self.lagged_config.lagged_decay(noise.iteration)
             lagged.step(0)
             self.lagged_iteration = noise.iteration
-        with self.lagged_weights():
-            samples = self._ode(policy, x, condition)
-        return self.from_samples(prompts, group_ids, condition, samples)
+        return x, condition
 
     def _ode(
         self, policy: FlowPolicy, x: torch.Tensor, condition: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
+    ) -> Iterator[tuple[slice, torch.Tensor]]:
+        """The ODE endpoints, ``train.rollout_batch_size`` rows at a time, with their rows."""
         guidance = self.train_config.sampler.guidance_scale
-        size = self.train_config.train.rollout_batch_size or len(x)
         sigmas = self.ode.sigmas.to(x.device)
-        chunks = []
-        for start in range(0, len(x), size):
-            xs = x[start : start + size]
-            cond = {k: v[start : start + size] for k, v in condition.items()}
+        for rows in self.chunks(len(x)):
+            xs, cond = x[rows], _rows(condition, rows)
             for i in range(self.ode.num_steps):
                 v = policy.velocity(xs, sigmas[i].expand(len(xs)), cond, guidance)
                 xs = self.ode.step(v, i, xs).prev_sample
-            chunks.append(xs)
-        return torch.cat(chunks)
+            yield rows, xs
 
     def from_stored(
         self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, samples: torch.Tensor
@@ -187,6 +218,10 @@ class EndpointRollout(FlowRollout[FlowEndpoints]):
             self._lagged.load_state_dict(state["lagged"])
         else:  # applied when the copy is built
             self._lagged_state = state["lagged"]
+
+
+def _rows(condition: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
+    return {k: v[rows] for k, v in condition.items()}
 
 
 __all__ = ["EndpointRollout", "LaggedCopyConfig"]

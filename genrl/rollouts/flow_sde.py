@@ -20,6 +20,7 @@ from genrl.overrides import ConfigError
 from genrl.protocols import FlowPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import FlowTrajectory, FlowTransitions
+from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
 from genrl.rollouts.flow import FlowRollout, StochasticSamplingConfig
 from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler, StepOutput
 from samplers.windows import possible_window_starts, sde_window_mask, sde_window_start
@@ -214,11 +215,38 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
         self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowTrajectory:
         """Sample this process's trajectories, recording every state and step log-prob."""
+        run = self._begin(policy, prompts, group_ids, noise)
+        self._advance(policy, run, slice(0, len(prompts)))
+        return run.batch
+
+    def chunks(self, num_samples: int) -> list[slice]:
+        """Chunks of ``train.rollout_batch_size`` samples."""
+        return chunk_rows(num_samples, self.batch_size)
+
+    def stream(
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> ChunkStream[FlowTrajectory]:
+        """``collect`` one chunk of ``train.rollout_batch_size`` samples after the other: each
+        chunk takes every step before the next starts. Every forward sees the rows ``collect``
+        gives it (it also splits each step into these chunks) and the noise is the same, so
+        the batch is ``collect``'s."""
+        with torch.no_grad():
+            run = self._begin(policy, prompts, group_ids, noise)
+        for rows in self.chunks(len(prompts)):
+            with torch.no_grad():
+                self._advance(policy, run, rows)
+            yield Chunk(rows, run.batch.select(rows))
+        return run.batch
+
+    def _begin(
+        self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
+    ) -> _Run:
+        """The trajectories' buffers, initial noise and ODE prefix (shared within a group when
+        the group starts from one noise), and the step noise of the whole batch."""
         device = policy.device
         n, shape = len(prompts), tuple(policy.latent_shape)
         window = self.window(noise)
         condition = policy.encode_prompts(prompts)
-        sigmas = self.sde.sigmas.to(device)
         if self.same_initial_noise:
             x = noise.randn_per_group(
                 Streams.INITIAL_NOISE, shape, group_ids, self.num_groups, device
@@ -226,23 +254,33 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
         else:
             x = noise.randn(Streams.INITIAL_NOISE, shape, device)
         latents = [x]
-        log_probs = torch.zeros(n, self.num_steps, device=device)
-        step_kl = torch.zeros(n, self.num_steps, device=device) if self.measure_kl else None
-        means = torch.zeros(n, self.num_steps, *shape, device=device) if self.keep_means else None
-
-        # ODE prefix: shared within a group when the group starts from one noise.
         prefix = int(window.float().argmax()) if bool(window.any()) else self.num_steps
+        sigmas = self.sde.sigmas.to(device)
         if self.same_initial_noise and prefix > 0:
             unique, inverse = torch.unique(group_ids, return_inverse=True)
             # Any member represents its group: they share prompt and initial noise.
-            rows = torch.zeros(len(unique), dtype=torch.long, device=device)
-            rows[inverse.to(device)] = torch.arange(n, device=device)
-            xs = self._ode_steps(policy, x[rows], _take(condition, rows), sigmas, 0, prefix)
+            members = torch.zeros(len(unique), dtype=torch.long, device=device)
+            members[inverse.to(device)] = torch.arange(n, device=device)
+            xs = self._ode_steps(policy, x[members], _take(condition, members), sigmas, 0, prefix)
             latents += [state[inverse.to(device)] for state in xs]
         else:
             latents += self._ode_steps(policy, x, condition, sigmas, 0, prefix)
-        x = latents[-1]
-
+        states = torch.empty(n, self.num_steps + 1, *shape, device=device, dtype=x.dtype)
+        states[:, : prefix + 1] = torch.stack(latents, dim=1)
+        trainable = (window & self.sde.stochastic_steps.cpu()).to(device)
+        batch = FlowTrajectory(
+            prompts=list(prompts),
+            group_ids=group_ids,
+            condition=condition,
+            latents=states,
+            log_probs=torch.zeros(n, self.num_steps, device=device),
+            trainable_steps=trainable.expand(n, -1).clone(),
+            advantages=torch.zeros(n, device=device),
+            step_kl=torch.zeros(n, self.num_steps, device=device) if self.measure_kl else None,
+            means=torch.zeros(n, self.num_steps, *shape, device=device)
+            if self.keep_means
+            else None,
+        )
         # Step noise is drawn (on the CPU) and moved before the loop: a host-to-device copy inside
         # it would wait for the queued forward and stall the accelerator every step.
         step_noise = {
@@ -250,31 +288,30 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
             for i in range(self.num_steps)
             if window[i]
         }
-        for i in range(prefix, self.num_steps):
+        return _Run(batch, window, prefix, sigmas, step_noise)
+
+    def _advance(self, policy: FlowPolicy, run: _Run, rows: slice) -> None:
+        """Take the steps after the prefix for the trajectories at ``rows``, recording them in
+        ``run.batch``."""
+        batch, window, sigmas = run.batch, run.window, run.sigmas
+        condition = {k: v[rows] for k, v in batch.condition.items()}
+        x = batch.latents[rows, run.prefix].clone()  # contiguous, as the forwards expect
+        last = rows.stop >= len(batch.latents)
+        for i in range(run.prefix, self.num_steps):
             v = self._velocity(policy, x, sigmas[i], condition)
             if window[i]:
-                out = self.sde.step(v, i, x, noise=step_noise.pop(i))
-                log_probs[:, i] = out.log_prob
-                if means is not None:
-                    means[:, i] = out.mean
-                if step_kl is not None:
-                    step_kl[:, i] = self._step_kl(policy, x, sigmas[i], condition, i, out)
+                # The last chunk frees the step's noise (the whole batch's, one latent each).
+                step_noise = run.step_noise.pop(i) if last else run.step_noise[i]
+                out = self.sde.step(v, i, x, noise=step_noise[rows])
+                batch.log_probs[rows, i] = out.log_prob
+                if batch.means is not None:
+                    batch.means[rows, i] = out.mean
+                if batch.step_kl is not None:
+                    batch.step_kl[rows, i] = self._step_kl(policy, x, sigmas[i], condition, i, out)
                 x = out.prev_sample
             else:
                 x = self.ode.step(v, i, x).prev_sample
-            latents.append(x)
-        trainable = (window & self.sde.stochastic_steps.cpu()).to(device)
-        return FlowTrajectory(
-            prompts=list(prompts),
-            group_ids=group_ids,
-            condition=condition,
-            latents=torch.stack(latents, dim=1),
-            log_probs=log_probs,
-            trainable_steps=trainable.expand(n, -1).clone(),
-            advantages=torch.zeros(n, device=device),
-            step_kl=step_kl,
-            means=means,
-        )
+            batch.latents[rows, i + 1] = x
 
     def _step_kl(
         self,
@@ -338,6 +375,18 @@ class FlowSDERollout(FlowRollout[FlowTrajectory]):
             for start in range(0, n, size)
         ]
         return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
+
+
+@dataclass
+class _Run:
+    """A rollout in progress: its batch (filled step by step), the iteration's window, the ODE
+    prefix's length, the noise levels and the step noise of the whole batch."""
+
+    batch: FlowTrajectory
+    window: torch.Tensor
+    prefix: int
+    sigmas: torch.Tensor
+    step_noise: dict[int, torch.Tensor]
 
 
 def _take(condition: dict[str, torch.Tensor], rows: torch.Tensor) -> dict[str, torch.Tensor]:
