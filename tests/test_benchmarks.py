@@ -77,3 +77,15 @@ def test_reference_memory_ends_with_its_json_line() -> None:
     assert runs["kl0"]["reference_bytes"] == {}  # no frozen copy at kl_beta=0
     assert runs["kl"]["reference_bytes"] == {"cpu": runs["kl"]["network_bytes"]}
     assert summary["device_bytes_kl0_over_before"] == 0.5
+
+
+@pytest.mark.slow
+def test_reward_overlap_quick_ends_with_its_json_line() -> None:
+    summary = run_benchmark("reward_overlap.py", "--quick", "--seconds-per-image", "0.01")
+    assert summary["benchmark"] == "reward_overlap"
+    # 4 samples in chunks of 1: the last chunk's scoring is never hidden.
+    assert summary["chunks"] == 4 and summary["max_hidden_fraction"] == 0.75
+    assert summary["reward_s_per_image"] == 0.01
+    assert summary["reward_s_per_iteration"] >= 0.04  # four images of 10 ms each
+    assert summary["serial_iteration_s"] > 0 and summary["overlapped_iteration_s"] > 0
+    assert summary["target_hidden_fraction"] == 0.8
