@@ -89,17 +89,18 @@ class TrainLoopConfig:
     """Training units (for Flow-GRPO: sample-timestep transitions) per forward, per process."""
     rollout_batch_size: int = 0
     """Samples per model forward in rollouts, per process (0: the whole local batch at once;
-    lower it when a real model's batch does not fit in memory)."""
+    lower it when a real model's batch does not fit in memory). Flow-GRPO's and the endpoint
+    rollouts' rewards also score this many samples per call (``Rollout.chunks``)."""
     overlap_rewards: bool = False
     """Score each chunk of ``rollout_batch_size`` samples in a background thread while the
-    rollout samples the next chunk (``genrl/reward_overlap.py``), instead of scoring the whole
-    batch after sampling; rewards and everything after them are the same as without it when a
-    reward's score of a sample does not depend on the rest of its batch. Hides up to
-    ``1 - 1/chunks`` of the reward time; pays for rewards that wait (a reward server, an API)
-    or run on another device, while a CPU reward competes with sampling for cores (set
-    ``torch.set_num_threads`` for both). Flow-GRPO and the endpoint rollouts (RAM, GDRO,
-    DiffusionNFT) stream chunks; BranchGRPO's trees and token rollouts sample the batch at once
-    and are scored after it, as without the option."""
+    rollout samples the next chunk (``genrl/reward_overlap.py``) instead of after sampling;
+    the rewards score the same chunks either way, so rewards, advantages and training are the
+    same. Hides up to ``1 - 1/chunks`` of the reward time: it pays for rewards that wait (a
+    reward server, an API) or run on another device, while a reward on the CPU competes with
+    sampling for cores and torch's intra-op threads (``torch.set_num_threads``). Flow-GRPO and
+    the endpoint rollouts (RAM, GDRO, DiffusionNFT) sample chunk by chunk; BranchGRPO's trees
+    and the token rollouts sample the batch at once and are scored after it, as without the
+    option. Off by default: with ``rollout_batch_size=0`` there is one chunk, nothing to hide."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
