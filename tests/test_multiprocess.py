@@ -23,11 +23,20 @@ def _sets(tmp_path: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_torchrun_on_cpu_trains_one_run_with_two_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("train.overlap_rewards=true", "train.rollout_batch_size=3")],
+    ids=["serial", "overlapped_rewards"],
+)
+def test_torchrun_on_cpu_trains_one_run_with_two_processes(
+    tmp_path: Path, extra: tuple[str, ...]
+) -> None:
     """README's multi-process command on a machine without GPUs: both processes join one gloo
-    group (before the fix each trained alone and metrics.jsonl held every row twice)."""
+    group (before the fix each trained alone and metrics.jsonl held every row twice). With
+    rewards overlapping sampling, each process scores its chunks and the scores are gathered
+    after the last one, as in the serial order."""
     run = tmp_path / "run"
-    sets = _sets(tmp_path, "train.iterations=2")
+    sets = _sets(tmp_path, "train.iterations=2", *extra)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", "-m", "genrl.cli", "train", "--output-dir", str(run),
                *sets]  # fmt: skip

@@ -4,6 +4,7 @@ in the serial path."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from pathlib import Path
@@ -14,7 +15,8 @@ import torch
 from tiny import tiny_config
 
 from genrl.collection import CollectedBatch
-from genrl.reward_overlap import RewardWorker
+from genrl.reward_overlap import RewardWorker, sample_and_score
+from genrl.rollouts.base import Chunk
 from genrl.trainer import Trainer
 from reward_models import REWARDS, CompositeReward, RewardError, RewardModel, RewardOutput
 
@@ -320,3 +322,34 @@ def test_remote_reward_allows_concurrent_requests() -> None:
     mixed = CompositeReward([(RemoteReward("http://127.0.0.1:1"), 1.0), (Scripted(), 1.0)])
     assert mixed.concurrent_calls == 1
     assert CompositeReward([(RemoteReward("http://127.0.0.1:1"), 1.0)]).concurrent_calls == 4
+
+
+class OneChunk:
+    """A rollout whose ``stream`` (one chunk) disagrees with its ``chunks`` (two)."""
+
+    def chunks(self, num_samples: int) -> list[slice]:
+        return [slice(0, 2), slice(2, num_samples)]
+
+    def stream(self, policy: Any, prompts: list[str], group_ids: Any, noise: Any) -> Any:
+        yield Chunk(slice(0, len(prompts)), torch.zeros(len(prompts), 1, 1, 1))
+        return "batch"
+
+    def outputs(self, policy: Any, batch: torch.Tensor) -> torch.Tensor:
+        return batch
+
+    def reward_metadata(self, batch: Any) -> None:
+        return None
+
+
+def test_a_stream_that_does_not_yield_its_chunks_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"OneChunk.stream yielded rows slice\(0, 4, None\) as"):
+        sample_and_score(
+            OneChunk(),  # type: ignore[arg-type]
+            None,
+            ["a", "b", "c", "d"],
+            torch.zeros(4),
+            None,
+            CompositeReward([(Slow(), 1.0)]),
+            contextlib.nullcontext,
+        )
+    assert not reward_threads()
