@@ -207,9 +207,9 @@ def _check_rows(rollout: Any, expected: list[slice], index: int, rows: slice | N
     has ended)."""
     want = expected[index] if index < len(expected) else None
     if rows != want:
+        got = "ended before" if rows is None else f"yielded rows {rows} as"
         raise ValueError(
-            f"{type(rollout).__name__}.stream yielded rows {rows} as chunk {index}, but its "
-            f"chunks() are {expected}"
+            f"{type(rollout).__name__}.stream {got} chunk {index}, but its chunks() are {expected}"
         )
 
 
