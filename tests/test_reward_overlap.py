@@ -277,19 +277,24 @@ def test_an_interrupt_inside_a_lagged_chunk_restores_the_live_weights(
 
 
 class Slow(RewardModel):
-    """Later chunks finish first: the assembled scores must still be in row order."""
+    """Three calls must run at once (else the barrier breaks after 30 s), and later chunks
+    finish first: the assembled scores must still be in row order."""
 
     name = "slow"
     concurrent_calls = 3
+    barrier: ClassVar[threading.Barrier | None] = None
 
     def score(self, outputs, prompts, metadata):  # type: ignore[no-untyped-def]
         del prompts, metadata
+        if Slow.barrier is not None:
+            Slow.barrier.wait()
         first = float(outputs[0])
         threading.Event().wait(0.02 * (3 - first))
         return RewardOutput({self.name: outputs.flatten().float() * 10})
 
 
-def test_concurrent_calls_are_assembled_in_row_order() -> None:
+def test_concurrent_calls_run_at_once_and_are_assembled_in_row_order() -> None:
+    Slow.barrier = threading.Barrier(3, timeout=30)
     worker = RewardWorker(CompositeReward([(Slow(), 1.0)]))
     assert worker.pool._max_workers == 3
     try:
@@ -300,6 +305,7 @@ def test_concurrent_calls_are_assembled_in_row_order() -> None:
         scores = worker.scores()
     finally:
         worker.close()
+        Slow.barrier = None
     assert scores["reward"].tolist() == [0.0, 5.0, 10.0, 15.0, 20.0, 25.0]
 
 
