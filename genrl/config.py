@@ -100,7 +100,10 @@ class TrainLoopConfig:
     sampling for cores and torch's intra-op threads (``torch.set_num_threads``). Flow-GRPO and
     the endpoint rollouts (RAM, GDRO, DiffusionNFT) sample chunk by chunk; BranchGRPO's trees
     and the token rollouts sample the batch at once and are scored after it, as without the
-    option. Off by default: with ``rollout_batch_size=0`` there is one chunk, nothing to hide."""
+    option. ``time/rollout_s`` then counts sampling and decoding until the last chunk is handed
+    over, ``time/reward_s`` the wait for the last scores. Off by default: with
+    ``rollout_batch_size=0`` there is one chunk, nothing to hide, and a cheap CPU reward loses
+    more to thread handoffs than it hides (``benchmarks/README.md``)."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated into one optimizer step."""
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"
