@@ -118,12 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("--device", default="cpu")
     learn.add_argument("--out", default="artifact_probe.safetensors", help="probe file to write")
 
-    sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
+    listing = sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
+    listing.add_argument(
+        "--recipes", dest="recipes_only", action="store_true", help="only the recipes (fast)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # --help and argument errors end in parse_args, before anything imports torch.
     args = build_parser().parse_args(argv)
+    unknown = _unknown_recipe(getattr(args, "recipe", None))
+    if unknown is not None:  # also before torch: a typo is answered at once
+        print(f"genrl: error: {unknown}", file=sys.stderr)
+        return 2
     _configure_threads()
     try:
         return _COMMANDS[args.command](args)
@@ -135,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"genrl: error: {err}", file=sys.stderr)
         return 2
+
+
+def _unknown_recipe(name: str | None) -> str | None:
+    """The error for a recipe name that is neither catalogued nor registered (None if fine)."""
+    from genrl.recipe_catalog import unknown_recipe_message
+
+    message = None if name is None else unknown_recipe_message(name)
+    registry = sys.modules.get("genrl.recipes")  # a recipe registered at run time, if any
+    if message is not None and registry is not None and name in registry.RECIPES:
+        return None
+    return message
 
 
 def _is_user_error(err: Exception) -> bool:
@@ -282,6 +301,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "held-out completions (a training run writes them to samples_after.md)"
         )
     prompts = args.prompt or trainer.prompts.eval
+    if not args.prompt:
+        shown = ", ".join(repr(p) for p in prompts[:8]) + (", ..." if len(prompts) > 8 else "")
+        print(f"no --prompt given: sampling the recipe's {len(prompts)} held-out prompts: {shown}")
     policy, per_prompt = trainer.policy, args.num_per_prompt
     # The held-out sampler of `genrl eval` (the rollout's), with this command's seed.
     outputs = trainer.rollout.evaluation_outputs(policy, prompts, per_prompt, args.seed)
@@ -312,33 +334,54 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    del args
-    from genrl.algorithms import ALGORITHMS
-    from genrl.recipes import DEFAULT_RECIPE, RECIPES
-    from pipelines import POLICIES
-    from reward_models import REWARDS
-    from samplers import SAMPLERS
+    """Every registry with whole descriptions; recipes say what they need beyond a CPU."""
+    import shutil
+    import textwrap
+
+    from genrl.recipe_catalog import CATALOG, DEFAULT_RECIPE
+
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    name_w = 28
 
     def show(title: str, rows: dict[str, str]) -> None:
         print(f"{title}:")
         for name, doc in rows.items():
-            print(f"  {name:<24} {doc}")
+            lines = textwrap.wrap(doc, width - name_w - 4) or [""]
+            print(f"  {name:<{name_w}}  {lines[0]}")
+            for line in lines[1:]:
+                print(" " * (name_w + 4) + line)
 
-    def first_line(obj: object) -> str:
-        return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
+    def needs(gpu: bool, download: bool) -> str:
+        marks = [m for m, on in (("GPU", gpu), ("download", download)) if on]
+        return f" [needs {' + '.join(marks)}]" if marks else ""
 
     show(
         "recipes",
         {
-            n + (" (default)" if n == DEFAULT_RECIPE else ""): first_line(f)
-            for n, f in RECIPES.items()
+            name + (" (default)" if name == DEFAULT_RECIPE else ""): entry.description
+            + needs(entry.needs_gpu, entry.needs_download)
+            for name, entry in CATALOG.items()
         },
     )
-    show("algorithms", {n: first_line(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
+    if args.recipes_only:
+        return 0
+    from genrl.algorithms import ALGORITHMS
+    from pipelines import POLICIES
+    from reward_models import REWARDS
+    from samplers import SAMPLERS
+
+    show("algorithms", {n: _summary(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
     show("policies", dict(POLICIES))
     show("rewards", dict(REWARDS))
-    show("samplers", {n: first_line(c) for n, c in SAMPLERS.items()})
+    show("samplers", {n: _summary(c) for n, c in SAMPLERS.items()})
+    print("[needs GPU]: too large for a CPU; [needs download]: weights come from the Hub")
     return 0
+
+
+def _summary(obj: object) -> str:
+    """The first paragraph of a docstring on one line: whole sentences, not its first line."""
+    doc = (obj.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def cmd_serve_reward(args: argparse.Namespace) -> int:
