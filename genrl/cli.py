@@ -319,8 +319,17 @@ def cmd_sample(args: argparse.Namespace) -> int:
             chunks.append(outputs(chunk, slice(start, start + len(chunk))))
     images = torch.cat(chunks)
     scores = trainer.reward(images, order).scores[trainer.reward.name]
+    title = (
+        f"{trainer.config.recipe}, seed {args.seed}: mean {trainer.reward.name} "
+        f"{float(scores.mean()):.3f}"
+    )
     save_sample_grid(
-        images, order, Path(args.out), num_prompts=len(prompts), per_prompt=args.num_per_prompt
+        images,
+        order,
+        Path(args.out),
+        num_prompts=len(prompts),
+        per_prompt=args.num_per_prompt,
+        title=title,
     )
     print(f"wrote {args.out} ({n} samples, mean {trainer.reward.name} {float(scores.mean()):.3f})")
     return 0
@@ -371,11 +380,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     from samplers import SAMPLERS
 
     show("algorithms", {n: _summary(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
-    show("policies", dict(POLICIES))
-    show("rewards", dict(REWARDS))
+    show("policies", {n: _target_summary(t) for n, t in POLICIES.items()})
+    show("rewards", {n: _target_summary(t) for n, t in REWARDS.items()})
     show("samplers", {n: _summary(c) for n, c in SAMPLERS.items()})
     print("[needs GPU]: too large for a CPU; [needs download]: weights come from the Hub")
     return 0
+
+
+def _target_summary(target: str) -> str:
+    """A registry target's (``module:attr``) docstring summary, read from its source file with
+    ``ast`` so that listing does not import diffusers or transformers; the target itself when
+    it has no docstring."""
+    import ast
+    import importlib.util
+
+    module, _, attr = target.partition(":")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return target
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == attr:
+            doc = ast.get_docstring(node)
+            return " ".join(doc.split("\n\n")[0].split()) if doc else target
+    return target
 
 
 def _summary(obj: object) -> str:

@@ -89,3 +89,9 @@ def test_list_shows_every_registry(capsys: pytest.CaptureFixture[str]) -> None:
     for title in ("recipes:", "algorithms:", "policies:", "rewards:", "samplers:"):
         assert title in out
     assert "[needs GPU]: too large for a CPU" in out
+    listing = " ".join(out.split())
+    # Policies and rewards are described by their docstrings, read without importing them.
+    assert "digit_classifier ``digit_classifier`` = softmax probability of the prompt's digit" in (
+        listing
+    )
+    assert "toy_digits Class-conditional 8x8 digit generator" in listing

@@ -12,7 +12,7 @@ import pytest
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.html_report import SECTIONS, ReportInputs, write_report
+from genrl.html_report import SECTIONS, ReportInputs, evaluation_files, write_report
 
 CHROMIUM = next(
     (found for name in ("chromium", "chromium-browser", "google-chrome")
@@ -85,3 +85,13 @@ def test_text_evaluations_become_tables(tmp_path: Path) -> None:
     assert "iteration 0: held-out reward 0.2500" in page
     assert "0.2500 &rarr; 0.7500" in page and "+0.5000" in page
     assert "<td class='num'>0.250</td><td class='num'>0.750</td><td class='num'>+0.500</td>" in page
+
+
+def test_video_evaluations_show_their_gifs(tmp_path: Path) -> None:
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for name in ("iter_000010.png", "iter_000010.gif", "iter_000000.png", "iter_000000.gif",
+                 "notes.txt"):  # fmt: skip
+        (folder / name).write_bytes(b"x")
+    found = [(i, p.name) for i, p in evaluation_files(tmp_path)]
+    assert found == [(0, "iter_000000.gif"), (10, "iter_000010.gif")]
