@@ -140,6 +140,7 @@ def _grid(
 
     distinct = list(dict.fromkeys(prompts))[:num_prompts]
     period = len(dict.fromkeys(prompts))
+    per_prompt = min(per_prompt, -(-len(images) // period))  # no empty columns
     face, gap = font(), 4
     line_h = FONT_SIZE + 3
     header = 2 * gap + line_h + 4 if title else 0

@@ -91,10 +91,7 @@ class RunReport:
         title = f"after {t.iteration} iterations: held-out {t.reward.name} {after.reward:.3f}"
         self.samples(after, "samples_after", writer, t.iteration, title=title)
         self.evaluation(after, t.iteration)
-        titles = (
-            f"before (held-out {t.eval_history['before']['reward']:.3f})",
-            f"after (held-out {after.reward:.3f})",
-        )
+        titles = ("before", "after")  # each grid's own title gives its held-out reward
         for suffix in (".png", ".gif"):
             before, after_file = (
                 self.run_dir / f"samples_{w}{suffix}" for w in ("before", "after")
