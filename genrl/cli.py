@@ -342,155 +342,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    """Every registry with whole descriptions; recipes say what they need beyond a CPU."""
-    import shutil
-    import textwrap
-
-    from genrl.recipe_catalog import CATALOG, DEFAULT_RECIPE
-
-    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
-    name_w = 28
-
-    def show(title: str, rows: dict[str, str]) -> None:
-        print(f"{title}:")
-        for name, doc in rows.items():
-            lines = textwrap.wrap(doc, width - name_w - 4) or [""]
-            print(f"  {name:<{name_w}}  {lines[0]}")
-            for line in lines[1:]:
-                print(" " * (name_w + 4) + line)
-
-    def needs(gpu: bool, download: bool) -> str:
-        marks = [m for m, on in (("GPU", gpu), ("download", download)) if on]
-        return f" [needs {' + '.join(marks)}]" if marks else ""
-
-    show(
-        "recipes",
-        {
-            name + (" (default)" if name == DEFAULT_RECIPE else ""): entry.description
-            + needs(entry.needs_gpu, entry.needs_download)
-            for name, entry in CATALOG.items()
-        },
-    )
-    if args.recipes_only:
-        return 0
-    from genrl.algorithms import ALGORITHMS
-    from pipelines import POLICIES
-    from reward_models import REWARDS
-    from samplers import SAMPLERS
-
-    show("algorithms", {n: _summary(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
-    show("policies", {n: _target_summary(t) for n, t in POLICIES.items()})
-    show("rewards", {n: _target_summary(t) for n, t in REWARDS.items()})
-    show("samplers", {n: _summary(c) for n, c in SAMPLERS.items()})
-    print("[needs GPU]: too large for a CPU; [needs download]: weights come from the Hub")
-    return 0
-
-
-def _target_summary(target: str) -> str:
-    """A registry target's (``module:attr``) docstring summary, read from its source file with
-    ``ast`` so that listing does not import diffusers or transformers; the target itself when
-    it has no docstring."""
-    import ast
-    import importlib.util
-
-    module, _, attr = target.partition(":")
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return target
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == attr:
-            doc = ast.get_docstring(node)
-            return " ".join(doc.split("\n\n")[0].split()) if doc else target
-    return target
-
-
-def _summary(obj: object) -> str:
-    """The first paragraph of a docstring on one line: whole sentences, not its first line."""
-    doc = (obj.__doc__ or "").strip()
-    return " ".join(doc.split("\n\n")[0].split())
-
-
-def cmd_serve_reward(args: argparse.Namespace) -> int:
-    import json
-
-    from reward_models import build_reward
-    from reward_models.server import RewardServer
-
-    try:
-        kwargs = json.loads(args.kwargs)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--kwargs must be a JSON object: {err}") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError("--kwargs must be a JSON object")
-    _check_listen(args.host, args.port)  # before the (possibly slow) reward model loads
-    reward = build_reward(args.reward, **kwargs)
-    try:
-        server = RewardServer(
-            reward,
-            host=args.host,
-            port=args.port,
-            token=os.environ.get(args.token_env) or None,
-            max_request_bytes=int(args.max_request_mb * 2**20),
-            max_pixels=int(args.max_request_mpix * 2**20),
-            pixel_budget=int(args.pixel_budget_mpix * 2**20),
-            max_decodes=args.max_decodes,
-            max_wait_s=args.max_wait,
-            max_batch_size=args.max_batch_size,
-            request_timeout_s=args.timeout,
-        )
-    except OSError as err:  # taken since the check
-        raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None
-    token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
-    address = server.address
-    print(f"serving reward {args.reward!r} at {address} ({token}); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()  # shuts the server down however it ends
-    except KeyboardInterrupt:  # the way to stop it: a normal end
-        print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
-    return 0
-
-
-class ServeAddressError(ValueError):
-    """``serve-reward`` cannot listen where it was asked to (port taken, refused, invalid)."""
-
-
-def _check_listen(host: str, port: int) -> None:
-    """Raise ``ServeAddressError`` when ``host:port`` cannot be listened on."""
-    import socket
-
-    if not 0 <= port <= 65535:
-        raise ServeAddressError(f"--port must lie in [0, 65535] (0: any free port), got {port}")
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # As the server binds: reusing a port that only lingers in TIME_WAIT is fine.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, port))
-    except OSError as err:
-        raise ServeAddressError(_listen_problem(err, host, port)) from None
-    finally:
-        probe.close()
-
-
-def _listen_problem(err: OSError, host: str, port: int) -> str:
-    import errno
-    import socket
-
-    where = f"cannot listen on {host}:{port}"
-    if isinstance(err, socket.gaierror):
-        return f"{where}: unknown host {host!r} ({err.strerror})"
-    reasons = {
-        errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 "
-        "for any free one",
-        errno.EACCES: "permission denied (ports below 1024 need administrator rights); pick "
-        "a --port of 1024 or more",
-        errno.EADDRNOTAVAIL: "this machine has no such address; use --host 127.0.0.1 or 0.0.0.0",
-    }
-    reason = reasons.get(err.errno) if err.errno is not None else None
-    return f"{where}: {reason or err.strerror or str(err)}"
-
-
 def cmd_train_reward(args: argparse.Namespace) -> int:
     from reward_models.artifact import train_artifact_probe
 
@@ -504,6 +355,18 @@ def cmd_train_reward(args: argparse.Namespace) -> int:
         f'--set \'reward.1.kwargs={{"path": "{path}"}}\''
     )
     return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from genrl.cli_list import cmd_list as run
+
+    return run(args)
+
+
+def cmd_serve_reward(args: argparse.Namespace) -> int:
+    from genrl.cli_serve import cmd_serve_reward as run
+
+    return run(args)
 
 
 _COMMANDS = {
