@@ -64,6 +64,9 @@ class RewardModel(abc.ABC):
 
     name: str = "reward"
     accepts: tuple[str, ...] = OUTPUT_KINDS
+    # The primary score's [low, high] when the reward guarantees one (a probability, a
+    # fraction); plots clip the mean ± std band to it. None: unbounded or unknown.
+    score_range: tuple[float, float] | None = None
 
     def __call__(
         self,

@@ -37,6 +37,13 @@ class CompositeReward(RewardModel):
         if len(set(names)) != len(names):
             raise ValueError(f"reward names must be unique, got {names}")
         self.rewards = list(rewards)
+        # One reward (the common case) bounds the total: each sample's total is w * r. With
+        # several, the renormalisation over the rewards that apply moves the bounds per
+        # sample, so none is declared.
+        only, weight = self.rewards[0]
+        if len(self.rewards) == 1 and only.score_range is not None:
+            ends = (weight * only.score_range[0], weight * only.score_range[1])
+            self.score_range = (min(ends), max(ends))
         # Every member scores the same outputs: the composite takes what all of them take.
         self.accepts = tuple(
             kind for kind in rewards[0][0].accepts if all(kind in r.accepts for r, _ in rewards)

@@ -77,3 +77,11 @@ def test_reference_memory_ends_with_its_json_line() -> None:
     assert runs["kl0"]["reference_bytes"] == {}  # no frozen copy at kl_beta=0
     assert runs["kl"]["reference_bytes"] == {"cpu": runs["kl"]["network_bytes"]}
     assert summary["device_bytes_kl0_over_before"] == 0.5
+
+
+def test_cli_startup_ends_with_its_json_line() -> None:
+    summary = run_benchmark("cli_startup.py", "--repeats", "1")
+    assert summary["benchmark"] == "cli_startup" and summary["repeats"] == 1
+    assert summary["help_seconds"] > 0 and summary["python_seconds"] > 0
+    ratio = summary["help_seconds"] / summary["python_seconds"]
+    assert abs(summary["help_over_python_ratio"] - ratio) < 0.01
