@@ -10,10 +10,19 @@ Quick start::
 Importing ``genrl`` does not import diffusers or transformers.
 """
 
+from genrl.api import GRPOTrainer
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
 from genrl.recipes import RECIPES, get_recipe
 from genrl.trainer import Trainer
 
 __version__ = "0.1.0"
-__all__ = ["RECIPES", "ConfigError", "TrainConfig", "Trainer", "__version__", "get_recipe"]
+__all__ = [
+    "RECIPES",
+    "ConfigError",
+    "GRPOTrainer",
+    "TrainConfig",
+    "Trainer",
+    "__version__",
+    "get_recipe",
+]
