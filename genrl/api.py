@@ -46,7 +46,7 @@ TRL_ARGS: dict[str, str] = {
 # Policy name -> the recipe whose settings a run of that kind of policy starts from.
 BASE_RECIPES: dict[str, str] = {
     "countdown_lm": "llm_countdown_grpo",
-    "causal_lm": "llm_countdown_grpo",
+    "causal_lm": "qwen3_countdown_grpo",  # TRL's GRPOConfig defaults, LoRA, bf16 (a GPU job)
     "sudoku_dllm": "dllm_sudoku_maskgrpo",
     "masked_lm": "dllm_sudoku_maskgrpo",
     "shapes_vlm": "vlm_shapes_grpo",
@@ -204,8 +204,10 @@ def build_config(
 
     name, pretrained = policy_for(model)
     config = get_recipe(recipe or BASE_RECIPES.get(name, FLOW_BASE))
-    config.recipe = f"api:{recipe or config.recipe}"
-    if config.policy.name != name or config.policy.pretrained != pretrained:
+    config.recipe = f"{recipe or config.recipe}_api"
+    if model in (config.policy.name, config.policy.pretrained):
+        pass  # the recipe's own model (e.g. sd35m_pickscore's hub id): its policy as it is
+    elif config.policy.name != name or config.policy.pretrained != pretrained:
         keep = config.policy.name == name
         config.policy.name, config.policy.pretrained = name, pretrained
         if not keep:

@@ -25,10 +25,11 @@ TINY = {
 }
 
 
-def exact_target(prompts, completions, target, **kwargs):  # type: ignore[no-untyped-def]
+def exact_target(completions, target, **kwargs):  # type: ignore[no-untyped-def]
     """1 when the completion is an expression (digits, + - * / and brackets only) whose value
-    is the row's ``target`` column, else 0: a plain function reading an extra column."""
-    assert "numbers" in kwargs  # every other column arrives too
+    is the row's ``target`` column, else 0: a plain function in TRL's shape (keywords only,
+    no ``prompts`` parameter) reading an extra column."""
+    assert "numbers" in kwargs and "prompts" in kwargs  # the other columns arrive too
     scores = []
     for text, goal in zip(completions, target, strict=True):
         text = text.strip()
@@ -112,7 +113,7 @@ def test_build_config_switches_algorithm_and_takes_named_rewards() -> None:
         algorithm="ram",
         reward_weights=[2.0],
     )
-    assert config.algorithm.name == "ram" and config.recipe == "api:digits_flow_grpo"
+    assert config.algorithm.name == "ram" and config.recipe == "digits_flow_grpo_api"
     assert config.reward[0].name == "digit_classifier" and config.reward[0].weight == 2.0
     assert config.prompts.dataset == "digits"  # no train_dataset: the recipe's prompts
 
@@ -136,3 +137,33 @@ def test_bad_calls_name_the_argument() -> None:
             {"prompts.column": "question"},
             train_dataset=countdown_dataset(2),
         )
+
+
+def test_reward_functions_are_called_as_trl_calls_them() -> None:
+    from reward_models import CallableReward
+
+    def trl_style(completions, **kwargs):  # type: ignore[no-untyped-def]
+        return [float(len(c)) for c in completions]
+
+    def positional(p, c):  # type: ignore[no-untyped-def]  # names of its own: by position
+        return [float(len(x)) for x in c]
+
+    for fn in (trl_style, positional):
+        scores = CallableReward(fn)(["ab", "c"], ["p", "q"]).scores[fn.__name__]
+        assert scores.tolist() == [2.0, 1.0]
+
+
+def test_a_recipe_keeps_its_own_model_and_a_hub_id_gets_the_trl_defaults() -> None:
+    config = build_config(
+        "stabilityai/stable-diffusion-3.5-medium",
+        ["pickscore"],
+        algorithm="flow_grpo",
+        recipe="sd35m_pickscore",
+        train_dataset="prompts.txt",
+    )
+    assert config.policy.name == "sd3" and config.policy.kwargs["height"] == 512
+    assert config.prompts.dataset == "prompts.txt" and config.algorithm.kl_beta == 0.01
+    config = build_config("someone/some-lm", ["countdown"], {"max_completion_length": 64})
+    assert (config.policy.name, config.policy.pretrained) == ("causal_lm", "someone/some-lm")
+    assert config.generation is not None and config.generation.max_new_tokens == 64
+    assert config.recipe == "qwen3_countdown_grpo_api" and config.policy.lora_rank == 16
