@@ -32,7 +32,7 @@ RUN_FILES = (
     "samples_before.md",
     "samples_after.md",
 )
-RUN_FOLDERS = ("checkpoints", "tensorboard", "export")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "wandb", "trackio")
 # Any of these marks a directory as holding a run: config.json is the first file a run writes.
 MARKERS = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")
 

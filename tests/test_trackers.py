@@ -165,3 +165,14 @@ def test_each_tracker_writes_metrics_and_images_offline(
     assert pictures and pictures[0]["_type"] == "trackio.image"
     assert (directory / "media" / pictures[0]["file_path"]).is_file()
     assert all(math.isfinite(row["reward"]) for row in logged if "reward" in row)
+
+
+def test_overwrite_clears_the_trackers_files(tmp_path: Path) -> None:
+    from genrl.rundir import clear_run
+
+    for folder in ("wandb", "trackio"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "f").write_text("old run")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert set(clear_run(tmp_path)) >= {"wandb", "trackio"}
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
