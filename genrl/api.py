@@ -214,6 +214,11 @@ def build_config(
             config.policy.kwargs = {}
     if algorithm is not None and algorithm != config.algorithm.name:
         config.set_algorithm(algorithm_config(algorithm))
+    if isinstance(args, Mapping) and "reward_weights" in args:  # TRL keeps them in its config
+        if reward_weights is not None:
+            raise ConfigError("reward_weights: given both as an argument and in args")
+        args = dict(args)
+        reward_weights = args.pop("reward_weights")
     config.reward = reward_specs(reward_funcs, reward_weights)
     column = config.prompts.column
     overrides = overrides_from_args(args)

@@ -167,3 +167,24 @@ def test_a_recipe_keeps_its_own_model_and_a_hub_id_gets_the_trl_defaults() -> No
     assert (config.policy.name, config.policy.pretrained) == ("causal_lm", "someone/some-lm")
     assert config.generation is not None and config.generation.max_new_tokens == 64
     assert config.recipe == "qwen3_countdown_grpo_api" and config.policy.lora_rank == 16
+
+
+def test_lists_serve_as_datasets_and_weights_may_come_in_args() -> None:
+    from genrl.prompts import load_prompts
+    from pipelines.base import prompt_columns
+
+    config = build_config(
+        "countdown_lm",
+        [exact_target, "countdown"],
+        {"reward_weights": [1.0, 0.5]},
+        train_dataset=[{"prompt": "Use 1 2 3 to make 6:", "target": 6, "numbers": [1, 2, 3]}],
+        eval_dataset=["Use 4 5 6 to make 26:", "Use 1 1 1 to make 3:"],
+    )
+    assert [(r.name, r.weight) for r in config.reward] == [
+        ("exact_target", 1.0),
+        ("countdown", 0.5),
+    ]
+    source = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
+    assert [str(p) for p in source.train] == ["Use 1 2 3 to make 6:"]
+    assert prompt_columns(source.train[0]) == {"target": 6, "numbers": [1, 2, 3]}
+    assert [str(p) for p in source.eval] == ["Use 4 5 6 to make 26:", "Use 1 1 1 to make 3:"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,17 @@ def test_a_corrupt_parquet_file_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"not parquet at all")
     with pytest.raises(PromptFileError, match=r"broken\.parquet is not a Parquet file"):
         load_prompts(str(path))
+
+
+def test_missing_optional_readers_name_their_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "d.parquet"
+    path.write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # importing it now raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(PromptFileError, match=r"Parquet needs pyarrow: pip install pyarrow"):
+        load_prompts(str(path))
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(PromptFileError, match=r"needs the datasets package: pip install datasets"):
+        load_prompts("hf:someone/prompts")
