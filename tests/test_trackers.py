@@ -106,6 +106,7 @@ def tensorboard_tags(run_dir: Path) -> tuple[set[str], set[str]]:
     return set(events.Tags()["scalars"]), set(events.Tags()["images"])
 
 
+@pytest.mark.slow  # the held-out evaluation scores 200 Countdown problems twice
 def test_token_run_logs_trl_names_and_keeps_metrics_jsonl(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     config = get_recipe("llm_countdown_grpo").apply_overrides(
@@ -118,6 +119,7 @@ def test_token_run_logs_trl_names_and_keeps_metrics_jsonl(tmp_path: Path) -> Non
     assert "reward/mean" in rows[1] and "reward" not in rows[1]  # genrl's names stay there
 
 
+@pytest.mark.slow  # two tracker libraries to import and a short run: about 15 s
 def test_each_tracker_writes_metrics_and_images_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
