@@ -85,7 +85,7 @@ class MetricsWriter:
         """Show a PNG or (animated) GIF file in TensorBoard's image tab. The file's own bytes
         go into an image summary, which TensorBoard plays when they are a GIF: torch's
         ``add_video`` would re-encode the frames and needs moviepy, which genrl does not use.
-        The other trackers get the picture too (a GIF's first frame for Trackio)."""
+        The other trackers get the picture too (a GIF as a video)."""
         for tracker in self.trackers:
             tracker.image(tag, path, step)
         if self._tb is None:

@@ -112,7 +112,10 @@ class WandbTracker:
         self.run.log(metrics, step=step)
 
     def image(self, tag: str, path: Path, step: int) -> None:
-        self.run.log({tag: self._wandb.Image(str(path))}, step=step)
+        """A PNG as an image; an animated GIF (a video policy's grid) as a video, which wandb
+        plays from the file itself (no encoding)."""
+        kind = self._wandb.Video if path.suffix == ".gif" else self._wandb.Image
+        self.run.log({tag: kind(str(path))}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -146,10 +149,14 @@ class TrackioTracker:
         self.run.log(metrics, step=step)
 
     def image(self, tag: str, path: Path, step: int) -> None:
+        """A PNG as an image; an animated GIF as a video (Trackio copies the file)."""
+        if path.suffix == ".gif":
+            self.run.log({tag: self._trackio.Video(str(path))}, step=step)
+            return
         from PIL import Image
 
         with Image.open(path) as picture:
-            frame = picture.convert("RGB")  # an animated GIF: its first frame
+            frame = picture.convert("RGB")
         self.run.log({tag: self._trackio.Image(frame)}, step=step)
 
     def close(self) -> None:

@@ -178,3 +178,39 @@ def test_overwrite_clears_the_trackers_files(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     assert set(clear_run(tmp_path)) >= {"wandb", "trackio"}
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.slow  # imports both tracker libraries
+def test_video_grids_reach_the_trackers_as_videos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from PIL import Image
+
+    pytest.importorskip("wandb")
+    if importlib.util.find_spec("trackio") is None:
+        pytest.skip("trackio is not installed")
+    from genrl.trackers import TrackioTracker, WandbTracker
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("TRACKIO_DIR", raising=False)
+    gif = tmp_path / "samples_after.gif"
+    frames = [Image.new("RGB", (8, 8), (40 * i, 0, 0)) for i in range(3)]
+    frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    run_dir = tmp_path / "videorun"
+    run_dir.mkdir()
+    trackers = [WandbTracker(run_dir, "genrl-test", {}), TrackioTracker(run_dir, "genrl-test", {})]
+    for tracker in trackers:
+        tracker.image("samples/samples_after", gif, 3)
+        tracker.close()
+    assert list((run_dir / "wandb").glob("offline-run-*/files/media/videos/**/*.gif"))
+    database = sqlite3.connect(trackers[1].directory / "genrl-test.db")
+    (blob,) = database.execute(
+        "SELECT metrics FROM metrics WHERE run_name = ?", ["videorun"]
+    ).fetchone()
+    database.close()
+    video = json.loads(blob)["samples/samples_after"]
+    assert video["_type"] == "trackio.video"
+    assert (trackers[1].directory / "media" / video["file_path"]).suffix == ".gif"
