@@ -18,16 +18,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from genrl.api import GRPOTrainer
     from genrl.config import TrainConfig
     from genrl.overrides import ConfigError
     from genrl.recipes import RECIPES, get_recipe
     from genrl.trainer import Trainer
 
 __version__ = "0.1.0"
-__all__ = ["RECIPES", "ConfigError", "TrainConfig", "Trainer", "__version__", "get_recipe"]
+__all__ = [
+    "RECIPES",
+    "ConfigError",
+    "GRPOTrainer",
+    "TrainConfig",
+    "Trainer",
+    "__version__",
+    "get_recipe",
+]
 
 # Public name -> the module that defines it.
 _LAZY = {
+    "GRPOTrainer": "genrl.api",
     "TrainConfig": "genrl.config",
     "ConfigError": "genrl.overrides",
     "RECIPES": "genrl.recipes",

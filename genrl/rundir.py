@@ -33,7 +33,7 @@ RUN_FILES = (
     "samples_after.md",
     "report.html",
 )
-RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "samples")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "samples", "wandb", "trackio")
 # Any of these marks a directory as holding a run: config.json is the first file a run writes.
 MARKERS = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")
 

@@ -30,10 +30,11 @@ from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
-from genrl.metrics import MetricsWriter, console_line
+from genrl.metrics import console_line
 from genrl.optimization import Updater
 from genrl.run import build_run
 from genrl.sharding import gathered, is_sharded, load_shards, save_shards
+from genrl.trackers import open_writer
 
 
 class Trainer:
@@ -323,11 +324,7 @@ class Trainer:
             report.start(resumed=resumed)
         started = time.perf_counter() - self.wall_seconds_before
         writer = (
-            MetricsWriter(
-                self.run_dir,
-                cfg.logging.tensorboard,
-                resume_iteration=self.iteration if resumed else None,
-            )
+            open_writer(cfg, self.run_dir, resume_iteration=self.iteration if resumed else None)
             if self.is_main
             else None
         )
