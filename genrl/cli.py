@@ -118,12 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     learn.add_argument("--device", default="cpu")
     learn.add_argument("--out", default="artifact_probe.safetensors", help="probe file to write")
 
-    sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
+    listing = sub.add_parser("list", help="recipes, algorithms, policies, rewards and samplers")
+    listing.add_argument(
+        "--recipes", dest="recipes_only", action="store_true", help="only the recipes (fast)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    # --help and argument errors end in parse_args, before anything imports torch.
     args = build_parser().parse_args(argv)
+    unknown = _unknown_recipe(getattr(args, "recipe", None))
+    if unknown is not None:  # also before torch: a typo is answered at once
+        print(f"genrl: error: {unknown}", file=sys.stderr)
+        return 2
     _configure_threads()
     try:
         return _COMMANDS[args.command](args)
@@ -135,6 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"genrl: error: {err}", file=sys.stderr)
         return 2
+
+
+def _unknown_recipe(name: str | None) -> str | None:
+    """The error for a recipe name that is neither catalogued nor registered (None if fine)."""
+    from genrl.recipe_catalog import unknown_recipe_message
+
+    message = None if name is None else unknown_recipe_message(name)
+    registry = sys.modules.get("genrl.recipes")  # a recipe registered at run time, if any
+    if message is not None and registry is not None and name in registry.RECIPES:
+        return None
+    return message
 
 
 def _is_user_error(err: Exception) -> bool:
@@ -282,6 +301,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "held-out completions (a training run writes them to samples_after.md)"
         )
     prompts = args.prompt or trainer.prompts.eval
+    if not args.prompt:
+        shown = ", ".join(repr(p) for p in prompts[:8]) + (", ..." if len(prompts) > 8 else "")
+        print(f"no --prompt given: sampling the recipe's {len(prompts)} held-out prompts: {shown}")
     policy, per_prompt = trainer.policy, args.num_per_prompt
     # The held-out sampler of `genrl eval` (the rollout's), with this command's seed.
     outputs = trainer.rollout.evaluation_outputs(policy, prompts, per_prompt, args.seed)
@@ -297,8 +319,17 @@ def cmd_sample(args: argparse.Namespace) -> int:
             chunks.append(outputs(chunk, slice(start, start + len(chunk))))
     images = torch.cat(chunks)
     scores = trainer.reward(images, order).scores[trainer.reward.name]
+    title = (
+        f"{trainer.config.recipe}, seed {args.seed}: mean {trainer.reward.name} "
+        f"{float(scores.mean()):.3f}"
+    )
     save_sample_grid(
-        images, order, Path(args.out), num_prompts=len(prompts), per_prompt=args.num_per_prompt
+        images,
+        order,
+        Path(args.out),
+        num_prompts=len(prompts),
+        per_prompt=args.num_per_prompt,
+        title=title,
     )
     print(f"wrote {args.out} ({n} samples, mean {trainer.reward.name} {float(scores.mean()):.3f})")
     return 0
@@ -309,115 +340,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = trainer.export(Path(args.out))
     print(f"wrote {out}")
     return 0
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    del args
-    from genrl.algorithms import ALGORITHMS
-    from genrl.recipes import DEFAULT_RECIPE, RECIPES
-    from pipelines import POLICIES
-    from reward_models import REWARDS
-    from samplers import SAMPLERS
-
-    def show(title: str, rows: dict[str, str]) -> None:
-        print(f"{title}:")
-        for name, doc in rows.items():
-            print(f"  {name:<24} {doc}")
-
-    def first_line(obj: object) -> str:
-        return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
-
-    show(
-        "recipes",
-        {
-            n + (" (default)" if n == DEFAULT_RECIPE else ""): first_line(f)
-            for n, f in RECIPES.items()
-        },
-    )
-    show("algorithms", {n: first_line(sys.modules[c.__module__]) for n, c in ALGORITHMS.items()})
-    show("policies", dict(POLICIES))
-    show("rewards", dict(REWARDS))
-    show("samplers", {n: first_line(c) for n, c in SAMPLERS.items()})
-    return 0
-
-
-def cmd_serve_reward(args: argparse.Namespace) -> int:
-    import json
-
-    from reward_models import build_reward
-    from reward_models.server import RewardServer
-
-    try:
-        kwargs = json.loads(args.kwargs)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--kwargs must be a JSON object: {err}") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError("--kwargs must be a JSON object")
-    _check_listen(args.host, args.port)  # before the (possibly slow) reward model loads
-    reward = build_reward(args.reward, **kwargs)
-    try:
-        server = RewardServer(
-            reward,
-            host=args.host,
-            port=args.port,
-            token=os.environ.get(args.token_env) or None,
-            max_request_bytes=int(args.max_request_mb * 2**20),
-            max_pixels=int(args.max_request_mpix * 2**20),
-            pixel_budget=int(args.pixel_budget_mpix * 2**20),
-            max_decodes=args.max_decodes,
-            max_wait_s=args.max_wait,
-            max_batch_size=args.max_batch_size,
-            request_timeout_s=args.timeout,
-        )
-    except OSError as err:  # taken since the check
-        raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None
-    token = f"token from ${args.token_env}" if server.token else "no token (loopback only)"
-    address = server.address
-    print(f"serving reward {args.reward!r} at {address} ({token}); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()  # shuts the server down however it ends
-    except KeyboardInterrupt:  # the way to stop it: a normal end
-        print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
-    return 0
-
-
-class ServeAddressError(ValueError):
-    """``serve-reward`` cannot listen where it was asked to (port taken, refused, invalid)."""
-
-
-def _check_listen(host: str, port: int) -> None:
-    """Raise ``ServeAddressError`` when ``host:port`` cannot be listened on."""
-    import socket
-
-    if not 0 <= port <= 65535:
-        raise ServeAddressError(f"--port must lie in [0, 65535] (0: any free port), got {port}")
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # As the server binds: reusing a port that only lingers in TIME_WAIT is fine.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, port))
-    except OSError as err:
-        raise ServeAddressError(_listen_problem(err, host, port)) from None
-    finally:
-        probe.close()
-
-
-def _listen_problem(err: OSError, host: str, port: int) -> str:
-    import errno
-    import socket
-
-    where = f"cannot listen on {host}:{port}"
-    if isinstance(err, socket.gaierror):
-        return f"{where}: unknown host {host!r} ({err.strerror})"
-    reasons = {
-        errno.EADDRINUSE: "the port is in use (another server?); pick another --port, or 0 "
-        "for any free one",
-        errno.EACCES: "permission denied (ports below 1024 need administrator rights); pick "
-        "a --port of 1024 or more",
-        errno.EADDRNOTAVAIL: "this machine has no such address; use --host 127.0.0.1 or 0.0.0.0",
-    }
-    reason = reasons.get(err.errno) if err.errno is not None else None
-    return f"{where}: {reason or err.strerror or str(err)}"
 
 
 def cmd_train_reward(args: argparse.Namespace) -> int:
@@ -433,6 +355,18 @@ def cmd_train_reward(args: argparse.Namespace) -> int:
         f'--set \'reward.1.kwargs={{"path": "{path}"}}\''
     )
     return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from genrl.cli_list import cmd_list as run
+
+    return run(args)
+
+
+def cmd_serve_reward(args: argparse.Namespace) -> int:
+    from genrl.cli_serve import cmd_serve_reward as run
+
+    return run(args)
 
 
 _COMMANDS = {

@@ -70,9 +70,15 @@ class RewardSpec:
 @dataclass
 class PromptConfig:
     dataset: str = "digits"
-    """Prompt set: a registered name or a path to a text file with one prompt per line."""
+    """Prompt set: a registered name, a text file (one prompt per line), a dataset file with
+    columns (``.jsonl``, ``.csv``, ``.parquet``) or a Hugging Face dataset (``hf:NAME`` or
+    ``hf:NAME:SPLIT``, or a local dataset folder); a dataset's other columns reach the rewards
+    as keyword arguments (README, "Prompt datasets")."""
     eval_dataset: str | None = None
-    """Held-out prompts for evaluation; None uses the dataset's own held-out split."""
+    """Held-out prompts for evaluation; None uses the dataset's own held-out split (a file or
+    dataset: its own prompts)."""
+    column: str = "prompt"
+    """The column of a dataset that holds the prompt text (TRL: ``prompt``)."""
 
 
 @dataclass
@@ -171,7 +177,16 @@ class LoggingConfig:
     log_every: int = 5
     """Print a one-line console summary every this many iterations."""
     tensorboard: bool = True
-    """Write TensorBoard event files under ``<run>/tensorboard``."""
+    """Write TensorBoard event files under ``<run>/tensorboard`` when ``report_to`` lists
+    ``tensorboard`` (false turns it off either way)."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers, as TRL's ``report_to``: ``tensorboard``, ``wandb`` (files under
+    ``<run>/wandb``; ``WANDB_MODE=offline`` needs no account) and ``trackio`` (a local SQLite
+    database under ``<run>/trackio`` unless ``TRACKIO_DIR`` is set); ``[]`` for none. They get
+    TRL's metric names where the quantity is the same (README, "Experiment trackers") and the
+    sample grids of every evaluation that draws them."""
+    project: str = "genrl"
+    """Project name of the wandb and Trackio runs (each run is named after its directory)."""
     checkpoint_every: int = 0
     """Save a resumable checkpoint every this many iterations (0: only at the end)."""
     keep_checkpoints: int = 2
@@ -320,6 +335,9 @@ class TrainConfig:
                 f"{fields}: every reward weight is 0, so the training reward is 0 for every "
                 "sample and nothing is learned; give a reward a nonzero weight"
             )
+        from genrl.trackers import check_report_to
+
+        check_report_to(self.logging.report_to)
         if self.reward_aggregation not in ("weighted_sum", "normalize_then_sum"):
             raise ConfigError(
                 "reward_aggregation must be weighted_sum or normalize_then_sum, "

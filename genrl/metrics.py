@@ -1,4 +1,5 @@
-"""Metrics: one JSON line per iteration, TensorBoard scalars, and a short console summary."""
+"""Metrics: one JSON line per iteration, the experiment trackers (TensorBoard, wandb, Trackio:
+``genrl/trackers.py``), and a short console summary."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from genrl.fileio import naming_full_disk
+
+if TYPE_CHECKING:
+    from genrl.trackers import Tracker
 
 
 class MetricsError(ValueError):
@@ -20,7 +24,8 @@ class MetricsError(ValueError):
 
 
 class MetricsWriter:
-    """Appends ``{"iteration": i, ...}`` lines to ``metrics.jsonl`` and mirrors them to TensorBoard.
+    """Appends ``{"iteration": i, ...}`` lines to ``metrics.jsonl`` and mirrors them to the
+    trackers, under TRL's names where the quantity is the same (``genrl.trackers.trl_names``).
 
     Args:
         run_dir: the run directory.
@@ -28,11 +33,22 @@ class MetricsWriter:
         resume_iteration: on resume from the checkpoint of this iteration, drop the lines logged
             after that checkpoint was written (see ``logged_before_checkpoint``) so that no
             iteration, and no final evaluation, appears twice.
+        trackers: further trackers (wandb, Trackio), given every row and picture.
+        token_run: the run trains a token policy (``kl`` is then TRL's quantity).
+        group_size: samples per group (TRL's ``reward_std`` is a sample std per group).
     """
 
     def __init__(
-        self, run_dir: Path, tensorboard: bool = True, resume_iteration: int | None = None
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        resume_iteration: int | None = None,
+        trackers: list[Tracker] | None = None,
+        token_run: bool = False,
+        group_size: int = 2,
     ) -> None:
+        self.trackers = list(trackers or [])
+        self.token_run, self.group_size = token_run, group_size
         self.path = run_dir / "metrics.jsonl"
         if resume_iteration is not None and self.path.exists():
             rows = read_metrics(self.path)
@@ -51,15 +67,27 @@ class MetricsWriter:
         row = {"iteration": iteration, **{k: _finite(v) for k, v in metrics.items()}}
         with naming_full_disk(self.path), self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
+        from genrl.trackers import trl_names
+
+        numbers = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and math.isfinite(v)
+        }
+        named = trl_names(numbers, self.token_run, self.group_size)
         if self._tb is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, iteration)
+            for key, value in named.items():
+                self._tb.add_scalar(key, value, iteration)
+        for tracker in self.trackers:
+            tracker.log(named, iteration)
 
     def add_picture(self, tag: str, path: Path, step: int) -> None:
         """Show a PNG or (animated) GIF file in TensorBoard's image tab. The file's own bytes
         go into an image summary, which TensorBoard plays when they are a GIF: torch's
-        ``add_video`` would re-encode the frames and needs moviepy, which genrl does not use."""
+        ``add_video`` would re-encode the frames and needs moviepy, which genrl does not use.
+        The other trackers get the picture too (a GIF as a video)."""
+        for tracker in self.trackers:
+            tracker.image(tag, path, step)
         if self._tb is None:
             return
         from PIL import Image
@@ -76,6 +104,8 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def _finite(value: Any) -> Any:

@@ -1,4 +1,10 @@
-"""Pictures a person would rather look at than read: sample grids and the reward curve."""
+"""Pictures a person would rather look at than read: sample grids (a title on top, each
+prompt's text wrapped on the left), animated video grids and before | after pairs. Reward
+curves are drawn in ``genrl/curves.py``.
+
+Text is drawn with DejaVu Sans (shipped with matplotlib, a dependency): Pillow's built-in
+font at these sizes drops the width of spaces, so "digit six" read as "digitsix".
+"""
 
 from __future__ import annotations
 
@@ -16,14 +22,18 @@ def save_sample_grid(
     num_prompts: int,
     per_prompt: int = 4,
     cell: int = 64,
+    title: str | None = None,
 ) -> None:
-    """One row per prompt (its text on the left), ``per_prompt`` samples per row.
+    """One row per prompt (its text on the left), ``per_prompt`` samples per row, under
+    ``title`` if given.
 
     Args:
         images: ``[P * S, C, H, W]`` in [0, 1]; sample ``i`` belongs to prompt ``i % P``.
         prompts: the ``P * S`` prompts in sample order.
     """
-    grid = _grid(images, prompts, num_prompts=num_prompts, per_prompt=per_prompt, cell=cell)
+    grid = _grid(
+        images, prompts, num_prompts=num_prompts, per_prompt=per_prompt, cell=cell, title=title
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     grid.save(path)
 
@@ -38,6 +48,7 @@ def save_video_samples(
     per_prompt: int = 4,
     cell: int = 64,
     frame_ms: int = 250,
+    title: str | None = None,
 ) -> None:
     """Held-out videos as an animated GIF of the sample grid (``save_sample_grid``'s layout,
     one grid per frame) and a PNG frame strip: one row per prompt, its first sample's frames
@@ -49,7 +60,14 @@ def save_video_samples(
         frame_ms: how long the GIF shows each frame.
     """
     frames = [
-        _grid(videos[:, f], prompts, num_prompts=num_prompts, per_prompt=per_prompt, cell=cell)
+        _grid(
+            videos[:, f],
+            prompts,
+            num_prompts=num_prompts,
+            per_prompt=per_prompt,
+            cell=cell,
+            title=title,
+        )
         for f in range(videos.shape[1])
     ]
     gif_path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,25 +77,85 @@ def save_video_samples(
     strips = firsts.transpose(0, 1).reshape(-1, *videos.shape[2:])  # frame-major order
     strip_prompts = [p for _ in range(videos.shape[1]) for p in distinct]
     strip = _grid(
-        strips, strip_prompts, num_prompts=num_prompts, per_prompt=videos.shape[1], cell=cell
+        strips,
+        strip_prompts,
+        num_prompts=num_prompts,
+        per_prompt=videos.shape[1],
+        cell=cell,
+        title=None if title is None else f"{title}: frames left to right",
     )
     strip.save(strip_path)
 
 
+LABEL_WIDTH = 200  # pixels of the prompt column
+FONT_SIZE = 12
+
+
+def font(size: int = FONT_SIZE) -> Any:
+    """DejaVu Sans at ``size`` px (matplotlib's copy), or Pillow's default font without it."""
+    from PIL import ImageFont
+
+    try:
+        import matplotlib
+
+        path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+        return ImageFont.truetype(str(path), size)
+    except (ImportError, OSError):
+        return ImageFont.load_default(size)
+
+
+def wrap_label(text: str, width: int, face: Any, max_lines: int = 3) -> list[str]:
+    """``text`` broken at spaces into lines at most ``width`` px wide (a word too long for a
+    line is cut); more than ``max_lines`` lines end in an ellipsis."""
+    lines: list[str] = []
+    for word in text.split():
+        candidate = f"{lines[-1]} {word}" if lines else word
+        if lines and face.getlength(candidate) <= width:
+            lines[-1] = candidate
+            continue
+        while face.getlength(word) > width and len(word) > 1:  # cut an over-long word
+            fits = (k for k in range(1, len(word)) if face.getlength(word[:k]) <= width)
+            cut = max(fits, default=1)
+            lines.append(word[:cut])
+            word = word[cut:]
+        lines.append(word)
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        while lines[-1] and face.getlength(lines[-1] + "…") > width:
+            lines[-1] = lines[-1][:-1]
+        lines[-1] += "…"
+    return lines
+
+
 def _grid(
-    images: torch.Tensor, prompts: list[str], *, num_prompts: int, per_prompt: int, cell: int
+    images: torch.Tensor,
+    prompts: list[str],
+    *,
+    num_prompts: int,
+    per_prompt: int,
+    cell: int,
+    title: str | None = None,
 ) -> Any:
     from PIL import Image, ImageDraw
 
     distinct = list(dict.fromkeys(prompts))[:num_prompts]
     period = len(dict.fromkeys(prompts))
-    label_w, gap = 200, 4
-    width = label_w + per_prompt * (cell + gap)
-    grid = Image.new("RGB", (width, len(distinct) * (cell + gap) + gap), "white")
+    per_prompt = min(per_prompt, -(-len(images) // period))  # no empty columns
+    face, gap = font(), 4
+    line_h = FONT_SIZE + 3
+    header = 2 * gap + line_h + 4 if title else 0
+    width = LABEL_WIDTH + per_prompt * (cell + gap)
+    height = header + len(distinct) * (cell + gap) + gap
+    grid = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(grid)
+    if title:
+        draw.text((6, gap + 2), title, fill="black", font=font(FONT_SIZE + 1))
     for row, prompt in enumerate(distinct):
-        top = gap + row * (cell + gap)
-        draw.text((6, top + cell // 2 - 6), prompt[:32], fill="black")
+        top = header + gap + row * (cell + gap)
+        lines = wrap_label(prompt, LABEL_WIDTH - 12, face, max_lines=max(1, cell // line_h))
+        y = top + (cell - len(lines) * line_h) // 2
+        for k, line in enumerate(lines):
+            draw.text((6, y + k * line_h), line, fill="black", font=face)
         first = prompts.index(prompt)
         for col in range(per_prompt):
             index = first + col * period
@@ -85,7 +163,7 @@ def _grid(
                 break
             # Nearest-neighbour upscaling keeps the pixels of tiny images honest.
             img = _to_pil(images[index]).resize((cell, cell), Image.Resampling.NEAREST)
-            grid.paste(img, (label_w + col * (cell + gap), top))
+            grid.paste(img, (LABEL_WIDTH + col * (cell + gap), top))
     return grid
 
 
@@ -109,7 +187,8 @@ def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, st
     # two are paired by time: each frame repeated over the slots of the shortest duration.
     frame_ms = min((ms for _, ms in timed_a + timed_b if ms > 0), default=250)
     pairs = list(zip(_slots(timed_a, frame_ms), _slots(timed_b, frame_ms), strict=False))
-    header, gap = 24, 16
+    face = font(FONT_SIZE + 2)
+    header, gap = 28, 16
     canvases = []
     for images in pairs:
         width = images[0].width + gap + images[1].width
@@ -117,7 +196,8 @@ def save_side_by_side(left: Path, right: Path, path: Path, titles: tuple[str, st
         draw = ImageDraw.Draw(canvas)
         x = 0
         for image, title in zip(images, titles, strict=True):
-            draw.text((x + image.width // 2 - 3 * len(title), 6), title, fill="black")
+            title_x = x + max(0, (image.width - int(face.getlength(title))) // 2)
+            draw.text((title_x, 6), title, fill="black", font=face)
             canvas.paste(image, (x, header))
             x += image.width + gap
         canvases.append(canvas)
@@ -148,77 +228,3 @@ def _to_pil(image: torch.Tensor) -> Any:
     if array.shape[0] == 1:
         return Image.fromarray(array[0].numpy(), mode="L").convert("RGB")
     return Image.fromarray(array.permute(1, 2, 0).numpy(), mode="RGB")
-
-
-def save_reward_curve(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Training reward (mean ± std band) per iteration, with held-out evaluations as points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train = [r for r in rows if r.get("reward/mean") is not None]
-    evals = [r for r in rows if r.get("eval/reward") is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    if train:
-        it = [r["iteration"] for r in train]
-        mean = [r["reward/mean"] for r in train]
-        std = [r.get("reward/std") or 0.0 for r in train]
-        ax.plot(it, mean, label="training reward (rollout samples)", color="tab:blue")
-        ax.fill_between(
-            it,
-            [m - s for m, s in zip(mean, std, strict=False)],
-            [m + s for m, s in zip(mean, std, strict=False)],
-            color="tab:blue",
-            alpha=0.15,
-        )
-    if evals:
-        ax.plot(
-            [r["iteration"] for r in evals],
-            [r["eval/reward"] for r in evals],
-            "o-",
-            color="tab:orange",
-            label="held-out reward (ODE, fixed seeds)",
-        )
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def save_score_curves(rows: list[dict[str, Any]], names: list[str], path: Path, title: str) -> bool:
-    """Each named score's training mean per iteration (``<name>/mean`` in ``metrics.jsonl``),
-    one line per score: the criteria of a rubric, the parts of a composite reward. Returns
-    False (and writes nothing) when none was logged."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = {}
-    for name in names:
-        points = [
-            (r["iteration"], r[f"{name}/mean"]) for r in rows if r.get(f"{name}/mean") is not None
-        ]
-        if points:
-            curves[name] = points
-    if not curves:
-        return False
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    for name, points in curves.items():
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=name)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("training mean")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return True

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from genrl.prompt_datasets import PromptFileError, read_dataset, read_jsonl
 from genrl.rng import Streams, stream_generator
 from pipelines.base import Prompt, prompt_columns, prompt_id
 
@@ -175,10 +176,6 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
 }
 
 
-class PromptFileError(ValueError):
-    """A prompt file that is not text (binary, or not UTF-8); the message names it."""
-
-
 def read_prompt_file(path: str | Path) -> list[str]:
     """The prompts of a UTF-8 text file, one per line (blank lines and ``#`` comments skipped)."""
     try:
@@ -199,47 +196,12 @@ def read_prompt_file(path: str | Path) -> list[str]:
     return prompts
 
 
-IMAGE_COLUMNS = ("image", "images")
-"""Columns of a JSONL dataset that hold image paths, resolved against the file's folder."""
-
-
-def read_prompt_records(path: str | Path) -> list[str]:
-    """The prompts of a JSON Lines file: one object per line with the text under ``prompt``
+def read_prompt_records(path: str | Path, column: str = "prompt") -> list[str]:
+    """The prompts of a JSON Lines file: one object per line with the text under ``column``
     and any other columns (``images``: a path or a list of paths, relative to the file;
     ``answer``, ``rubric``, ...) carried by the ``Prompt``, numbered by row (rows may share a
     text: ``prompt_id`` tells them apart)."""
-    import json
-
-    folder = Path(path).resolve().parent
-    prompts: list[str] = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise PromptFileError(f"{path}: line {number} is not JSON ({err.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise PromptFileError(f'{path}: line {number} must be an object with a string "prompt"')
-        text = row.pop("prompt")
-        for key in IMAGE_COLUMNS:
-            if key in row:
-                row[key] = _resolve_paths(row[key], folder, f"{path}: line {number}: {key}")
-        prompts.append(Prompt(text, row, len(prompts)))
-    if not prompts:
-        raise ValueError(f"prompt file {path} holds no prompts")
-    return prompts
-
-
-def _resolve_paths(value: Any, folder: Path, where: str) -> Any:
-    paths = [value] if isinstance(value, str) else value
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise PromptFileError(f"{where} must be a path or a list of paths")
-    resolved = [str(folder / p) for p in paths]
-    missing = [p for p in resolved if not Path(p).is_file()]
-    if missing:
-        raise PromptFileError(f"{where}: no such file {missing[0]}")
-    return resolved[0] if isinstance(value, str) else resolved
+    return read_jsonl(Path(path), column)
 
 
 def reward_metadata(
@@ -254,26 +216,33 @@ def reward_metadata(
     return [{**c, **e} for c, e in zip(columns, extra, strict=True)]
 
 
-def load_prompts(dataset: str, eval_dataset: str | None = None) -> PromptSource:
-    """Resolve a registered name, a text file (one prompt per line) or a JSON Lines file (one
-    row per line, ``read_prompt_records``) into a ``PromptSource``."""
+def load_prompts(
+    dataset: str, eval_dataset: str | None = None, column: str = "prompt"
+) -> PromptSource:
+    """Resolve a registered name, a text file (one prompt per line), a dataset file with
+    columns (``.jsonl``, ``.csv``, ``.parquet``; the text under ``column``) or a Hugging Face
+    dataset (``hf:NAME[:SPLIT]``, or a local folder) into a ``PromptSource``. A file or dataset
+    serves as its own held-out set unless ``eval_dataset`` names another."""
     if dataset in PROMPT_SETS:
         source = PROMPT_SETS[dataset]()
-    elif Path(dataset).is_file():
-        reader = read_prompt_records if dataset.endswith(".jsonl") else read_prompt_file
-        prompts = reader(dataset)
-        source = PromptSource(train=prompts, eval=prompts)
     else:
-        raise ValueError(
-            f"prompts.dataset {dataset!r} is neither a registered prompt set "
-            f"({', '.join(PROMPT_SETS)}) nor an existing text or .jsonl file"
-        )
+        prompts = read_dataset(dataset, column)
+        if prompts is None and Path(dataset).is_file():
+            prompts = read_prompt_file(dataset)
+        if prompts is None:
+            raise ValueError(
+                f"prompts.dataset {dataset!r} is neither a registered prompt set "
+                f"({', '.join(PROMPT_SETS)}), an existing text, .jsonl, .csv or .parquet file, "
+                "a dataset folder, nor an hf:NAME Hugging Face dataset"
+            )
+        source = PromptSource(train=prompts, eval=prompts)
     if eval_dataset is not None:
-        source.eval = load_prompts(eval_dataset).train
+        source.eval = load_prompts(eval_dataset, column=column).train
     return source
 
 
 def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
+    """Make ``prompts.dataset=name`` resolve to ``factory()`` (e.g. prompts built in code)."""
     PROMPT_SETS[name] = factory
 
 

@@ -1,5 +1,6 @@
-"""What a run leaves for a person: resolved config, sample grids, reward curve, before/after
-table and ``summary.json`` (DESIGN.md section 7)."""
+"""What a run leaves for a person: resolved config, sample grids (before, after and at every
+evaluation under ``samples/``), reward curves, before/after table, ``summary.json`` (DESIGN.md
+section 7) and ``report.html``, which shows them all in one self-contained page."""
 
 from __future__ import annotations
 
@@ -9,16 +10,12 @@ from typing import Any
 
 import torch
 
+from genrl.curves import curve_labels, draw_curve, save_score_curves
 from genrl.evaluation import EvalResult
 from genrl.fileio import check_output_directory, naming_full_disk
+from genrl.html_report import SAMPLES_DIR, ReportInputs, write_report
 from genrl.metrics import MetricsWriter, read_metrics
-from genrl.plots import (
-    save_reward_curve,
-    save_sample_grid,
-    save_score_curves,
-    save_side_by_side,
-    save_video_samples,
-)
+from genrl.plots import save_sample_grid, save_side_by_side, save_video_samples
 from genrl.prompts import prompt_id
 from pipelines.base import prompt_columns
 
@@ -40,11 +37,17 @@ class RunReport:
         print(f"genrl: {verb} run {self.run_dir} (recipe {self.trainer.config.recipe})", flush=True)
 
     def samples(
-        self, result: EvalResult, stem: str, writer: MetricsWriter | None = None, step: int = 0
+        self,
+        result: EvalResult,
+        stem: str,
+        writer: MetricsWriter | None = None,
+        step: int = 0,
+        title: str | None = None,
     ) -> None:
         """``<stem>.png`` (a grid) for images; ``<stem>.gif`` (the grid animated) and
         ``<stem>.png`` (a frame strip per prompt) for videos; ``<stem>.md`` (a table) for texts.
-        Pictures also go to TensorBoard through ``writer`` (GIFs play there)."""
+        Pictures also go to TensorBoard through ``writer`` (GIFs play there). ``stem`` may name
+        a subfolder (``samples/iter_000010``)."""
         if not isinstance(result.outputs, torch.Tensor):
             save_text_samples(result, self.run_dir / f"{stem}.md", self.trainer.reward.name)
             return
@@ -52,23 +55,43 @@ class RunReport:
         num_prompts = self.trainer.config.logging.grid_prompts
         if result.outputs.ndim == 5:
             gif = self.run_dir / f"{stem}.gif"
-            save_video_samples(result.outputs, result.prompts, gif, png, num_prompts=num_prompts)
+            save_video_samples(
+                result.outputs, result.prompts, gif, png, num_prompts=num_prompts, title=title
+            )
             if writer is not None:
                 writer.add_picture(f"samples/{stem}", gif, step)
             return
-        save_sample_grid(result.outputs, result.prompts, png, num_prompts=num_prompts)
+        save_sample_grid(result.outputs, result.prompts, png, num_prompts=num_prompts, title=title)
         if writer is not None:
             writer.add_picture(f"samples/{stem}", png, step)
+
+    def evaluation(self, result: EvalResult, iteration: int) -> None:
+        """Keep an evaluation's samples for report.html: ``samples/iter_<iteration>.png``
+        (``.gif`` too for videos) or, for texts, ``.json`` with the first prompts' outputs."""
+        stem = f"{SAMPLES_DIR}/iter_{iteration:06d}"
+        (self.run_dir / SAMPLES_DIR).mkdir(parents=True, exist_ok=True)
+        if isinstance(result.outputs, torch.Tensor):
+            title = (
+                f"iteration {iteration}: held-out {self.trainer.reward.name} {result.reward:.3f}"
+            )
+            self.samples(result, stem, title=title)
+            return
+        rows = [
+            {"prompt": p, "output": o, "prompt_reward": result.per_prompt[prompt_id(p)]}
+            for p, o in list(zip(result.prompts, result.outputs, strict=True))[:TEXT_ROWS]
+        ]
+        path = self.run_dir / f"{stem}.json"
+        with naming_full_disk(path):
+            path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
     def finish(
         self, after: EvalResult, wall_seconds: float, writer: MetricsWriter | None = None
     ) -> dict[str, Any]:
         t = self.trainer
-        self.samples(after, "samples_after", writer, t.iteration)
-        titles = (
-            f"before (held-out {t.eval_history['before']['reward']:.3f})",
-            f"after (held-out {after.reward:.3f})",
-        )
+        title = f"after {t.iteration} iterations: held-out {t.reward.name} {after.reward:.3f}"
+        self.samples(after, "samples_after", writer, t.iteration, title=title)
+        self.evaluation(after, t.iteration)
+        titles = ("before", "after")  # each grid's own title gives its held-out reward
         for suffix in (".png", ".gif"):
             before, after_file = (
                 self.run_dir / f"samples_{w}{suffix}" for w in ("before", "after")
@@ -79,10 +102,10 @@ class RunReport:
         before = t.eval_history["before"]
         rows = read_metrics(self.run_dir / "metrics.jsonl")
         title = f"{t.config.recipe}: {t.config.algorithm.name}"
-        save_reward_curve(rows, self.run_dir / "reward_curve.png", title)
         # The parts of the reward (a rubric's criteria, a composite's terms), one curve each.
         parts = [name for name in after.scores if name != t.reward.name]
         save_score_curves(rows, parts, self.run_dir / "score_curves.png", title)
+        curves = self._curves(rows, [t.reward.name, *parts][:MAX_CURVES], title)
         summary = {
             "recipe": t.config.recipe,
             "algorithm": t.config.algorithm.name,
@@ -102,6 +125,9 @@ class RunReport:
         }
         with naming_full_disk(self.run_dir / "summary.json"):
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        inputs = ReportInputs(title, summary, t.config.to_dict(), curves, t.reward.name)
+        with naming_full_disk(self.run_dir / "report.html"):
+            write_report(self.run_dir, inputs, rows)
         print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
         print(
             f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "
@@ -110,6 +136,34 @@ class RunReport:
             flush=True,
         )
         return summary
+
+    def _curves(self, rows: list[dict[str, Any]], names: list[str], title: str) -> list:
+        """(name, PNG) per score; the total's is also ``reward_curve.png``. Each band is clipped
+        to its reward's declared range (``RewardModel.score_range``)."""
+        reward = self.trainer.reward
+        ranges = {reward.name: getattr(reward, "score_range", None)}
+        for member, _ in getattr(reward, "rewards", []):
+            ranges[member.name] = member.score_range
+        train_label, eval_label = curve_labels(self.trainer.config)
+        curves = []
+        for name in names:
+            path = self.run_dir / "reward_curve.png" if name == reward.name else None
+            png = draw_curve(
+                rows,
+                name,
+                title if name == reward.name else f"{title}: {name}",
+                # "training reward (...)" reads "training accuracy (...)" on a part's curve.
+                train_label=train_label.replace("reward", name, 1),
+                eval_label=eval_label.replace("reward", name, 1),
+                score_range=ranges.get(name),
+                path=path,
+            )
+            curves.append((name, png))
+        return curves
+
+
+TEXT_ROWS = 12  # a text evaluation's rows kept for report.html
+MAX_CURVES = 12  # curves in report.html: the total reward and its first parts
 
 
 def save_text_samples(result: EvalResult, path: Path, name: str, limit: int = 50) -> None:

@@ -68,7 +68,8 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     config.validate(accelerator.num_processes)
 
     # 1. Prompts.
-    prompts = load_prompts(config.prompts.dataset, config.prompts.eval_dataset)
+    pc = config.prompts
+    prompts = load_prompts(pc.dataset, pc.eval_dataset, pc.column)
     # 2-3. The policy, made trainable once.
     p = config.policy
     policy = build_policy_from(config)

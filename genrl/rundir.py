@@ -31,8 +31,9 @@ RUN_FILES = (
     "samples_before_after.gif",
     "samples_before.md",
     "samples_after.md",
+    "report.html",
 )
-RUN_FOLDERS = ("checkpoints", "tensorboard", "export")
+RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "samples", "wandb", "trackio")
 # Any of these marks a directory as holding a run: config.json is the first file a run writes.
 MARKERS = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")
 

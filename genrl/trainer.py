@@ -30,10 +30,11 @@ from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
-from genrl.metrics import MetricsWriter, console_line
+from genrl.metrics import console_line
 from genrl.optimization import Updater
 from genrl.run import build_run
 from genrl.sharding import gathered, is_sharded, load_shards, save_shards
+from genrl.trackers import open_writer
 
 
 class Trainer:
@@ -141,6 +142,9 @@ class Trainer:
             finite = values[~values.isnan()]
             metrics[f"{name}/mean"] = float(finite.mean()) if len(finite) else math.nan
             metrics[f"{name}/std"] = float(finite.std(unbiased=False)) if len(finite) else math.nan
+            # The observed range bounds the plotted mean ± std band of an undeclared range.
+            metrics[f"{name}/min"] = float(finite.min()) if len(finite) else math.nan
+            metrics[f"{name}/max"] = float(finite.max()) if len(finite) else math.nan
         metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, batch.group_ids)
         stats = group_stats(rewards, batch.group_ids)
         metrics.update({f"reward/{k}": v for k, v in stats.items()})
@@ -320,11 +324,7 @@ class Trainer:
             report.start(resumed=resumed)
         started = time.perf_counter() - self.wall_seconds_before
         writer = (
-            MetricsWriter(
-                self.run_dir,
-                cfg.logging.tensorboard,
-                resume_iteration=self.iteration if resumed else None,
-            )
+            open_writer(cfg, self.run_dir, resume_iteration=self.iteration if resumed else None)
             if self.is_main
             else None
         )
@@ -337,7 +337,9 @@ class Trainer:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)
             if report is not None and writer is not None:
-                report.samples(before, "samples_before", writer)
+                title = f"before training: held-out {self.reward.name} {before.reward:.3f}"
+                report.samples(before, "samples_before", writer, title=title)
+                report.evaluation(before, self.iteration)
                 writer.write(0, _eval_metrics(before))
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
@@ -351,7 +353,10 @@ class Trainer:
                     metrics = self.train_iteration()
                     every = cfg.eval.every
                     if every and self.iteration % every == 0 and self.iteration < end:
-                        metrics.update(_eval_metrics(self.evaluate()))
+                        result = self.evaluate()
+                        metrics.update(_eval_metrics(result))
+                        if report is not None:  # its samples, for report.html
+                            report.evaluation(result, self.iteration)
                     if writer is not None:
                         writer.write(self.iteration, metrics)
                     if bar is not None:

@@ -69,6 +69,9 @@ class RewardModel(abc.ABC):
     scored while the next ones sample (``train.overlap_rewards``). 1, the default, scores
     chunks one after the other in one background thread, which is safe for a model holding a
     device or state; a client of a remote server may allow several requests in flight."""
+    # The primary score's [low, high] when the reward guarantees one (a probability, a
+    # fraction); plots clip the mean ± std band to it. None: unbounded or unknown.
+    score_range: tuple[float, float] | None = None
 
     def __call__(
         self,
@@ -169,6 +172,7 @@ class CallableReward(RewardModel):
     def __init__(self, fn: Callable[..., Sequence[float | None]], name: str | None = None) -> None:
         self.fn = fn
         self.name = name or str(getattr(fn, "__name__", "callable_reward"))
+        self.by_keyword = _takes_keyword(fn, "completions")
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
@@ -177,7 +181,13 @@ class CallableReward(RewardModel):
         for row in metadata or []:
             for key, value in row.items():
                 columns.setdefault(key, []).append(value)
-        values = list(self.fn(prompts, outputs, **columns))
+        # TRL calls its reward functions with keywords only, so ``fn(completions, answer,
+        # **kwargs)`` (no ``prompts`` first) works there; a function whose parameters have
+        # other names gets prompts and completions by position.
+        if self.by_keyword:
+            values = list(self.fn(prompts=prompts, completions=outputs, **columns))
+        else:
+            values = list(self.fn(prompts, outputs, **columns))
         if len(values) != len(prompts):
             raise ValueError(
                 f"reward function {self.name!r} returned {len(values)} values for "
@@ -186,3 +196,20 @@ class CallableReward(RewardModel):
         applicable = torch.tensor([v is not None for v in values])
         scores = torch.tensor([float("nan") if v is None else float(v) for v in values])
         return RewardOutput({self.name: scores}, {self.name: applicable})
+
+
+def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes ``name`` by keyword: a parameter of that name, or only ``**kwargs``
+    (``fn(p, c, **kwargs)`` names its first two itself and gets them by position)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: call it positionally
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in parameters):
+        return True
+    return not any(p.kind in positional for p in parameters) and any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
+    )

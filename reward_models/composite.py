@@ -63,6 +63,13 @@ class CompositeReward(RewardModel):
         self.rewards = list(rewards)
         # Calls from several threads at once only when every member allows them.
         self.concurrent_calls = min(max(1, int(r.concurrent_calls)) for r, _ in rewards)
+        # One reward (the common case) bounds the total: each sample's total is w * r. With
+        # several, the renormalisation over the rewards that apply moves the bounds per
+        # sample, so none is declared.
+        only, weight = self.rewards[0]
+        if len(self.rewards) == 1 and only.score_range is not None:
+            ends = (weight * only.score_range[0], weight * only.score_range[1])
+            self.score_range = (min(ends), max(ends))
         # Every member scores the same outputs: the composite takes what all of them take.
         self.accepts = tuple(
             kind for kind in rewards[0][0].accepts if all(kind in r.accepts for r, _ in rewards)

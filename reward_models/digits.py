@@ -20,6 +20,7 @@ class DigitClassifierReward(RewardModel):
 
     name = "digit_classifier"
     accepts = ("images",)
+    score_range = (0.0, 1.0)  # a probability
 
     def __init__(self, path: str | None = None, device: str | torch.device = "cpu") -> None:
         self.path = path

@@ -15,6 +15,7 @@ class CountdownReward(RewardModel):
 
     name = "countdown"
     accepts = ("texts",)
+    score_range = (0.0, 1.0)
 
     def __init__(self, answer_tags: bool = False) -> None:
         """Args: answer_tags: read the equation from the last ``<answer>...</answer>`` (chat
@@ -86,6 +87,7 @@ class SudokuReward(RewardModel):
 
     def __init__(self, solved_bonus: float = 0.0) -> None:
         self.solved_bonus = solved_bonus
+        self.score_range = (0.0, 1.0 + solved_bonus) if solved_bonus >= 0 else None
 
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
@@ -108,6 +110,7 @@ class ShapesVQAReward(RewardModel):
 
     name = "shapes_vqa"
     accepts = ("texts",)
+    score_range = (0.0, 1.0)
 
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None

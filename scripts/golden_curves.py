@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
             recorded[recipe] = curve
             print(f"{recipe:<24} recorded ({seconds:.0f} s)", flush=True)
             continue
-        problems = golden_curves.differences(recorded[recipe], curve, rtol=1e-5, atol=1e-7)
+        rtol, atol = golden_curves.tolerance(recipe)
+        problems = golden_curves.differences(recorded[recipe], curve, rtol=rtol, atol=atol)
         failed |= bool(problems)
         print(f"{recipe:<24} {'differs' if problems else 'matches'} ({seconds:.0f} s)")
         for line in problems:

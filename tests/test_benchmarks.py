@@ -89,3 +89,11 @@ def test_reward_overlap_quick_ends_with_its_json_line() -> None:
     assert summary["reward_s_per_iteration"] >= 0.04  # four images of 10 ms each
     assert summary["serial_iteration_s"] > 0 and summary["overlapped_iteration_s"] > 0
     assert summary["target_hidden_fraction"] == 0.8
+
+
+def test_cli_startup_ends_with_its_json_line() -> None:
+    summary = run_benchmark("cli_startup.py", "--repeats", "1")
+    assert summary["benchmark"] == "cli_startup" and summary["repeats"] == 1
+    assert summary["help_seconds"] > 0 and summary["python_seconds"] > 0
+    ratio = summary["help_seconds"] / summary["python_seconds"]
+    assert abs(summary["help_over_python_ratio"] - ratio) < 0.01

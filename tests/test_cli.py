@@ -67,3 +67,31 @@ def test_ctrl_c_stops_the_reward_server(
     captured = capsys.readouterr()
     assert "stopped serving reward 'digit_classifier'" in captured.err
     assert "checkpoint" not in captured.out + captured.err
+
+
+def test_sample_without_prompts_names_the_ones_it_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "grid.png"
+    assert main(["sample", *_sets(tmp_path), "-n", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    from pipelines.toy.prompts import ALL_PROMPTS  # the digits task's held-out prompts
+
+    head = ", ".join(repr(p) for p in ALL_PROMPTS[:8])
+    count = len(ALL_PROMPTS)
+    assert f"no --prompt given: sampling the recipe's {count} held-out prompts: {head}" in printed
+    assert out.is_file()
+
+
+def test_list_shows_every_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for title in ("recipes:", "algorithms:", "policies:", "rewards:", "samplers:"):
+        assert title in out
+    assert "[needs GPU]: too large for a CPU" in out
+    listing = " ".join(out.split())
+    # Policies and rewards are described by their docstrings, read without importing them.
+    assert "digit_classifier ``digit_classifier`` = softmax probability of the prompt's digit" in (
+        listing
+    )
+    assert "toy_digits Class-conditional 8x8 digit generator" in listing

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from golden_curves import RECIPES, differences, load, run
+from golden_curves import RECIPES, differences, load, run, tolerance
 
 RECORDED = load()
 
@@ -17,7 +17,8 @@ RECORDED = load()
     [r if fast else pytest.param(r, marks=pytest.mark.slow) for r, fast in RECIPES.items()],
 )
 def test_golden_curve(recipe: str, tmp_path: Path) -> None:
-    problems = differences(RECORDED[recipe], run(recipe, tmp_path), rtol=1e-5, atol=1e-7)
+    rtol, atol = tolerance(recipe)
+    problems = differences(RECORDED[recipe], run(recipe, tmp_path), rtol=rtol, atol=atol)
     assert not problems, f"{recipe} learns differently:\n" + "\n".join(problems)
 
 

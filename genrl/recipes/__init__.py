@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
+from genrl.recipe_catalog import DEFAULT_RECIPE
 from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
@@ -34,7 +35,6 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **COMPOSITIONAL_RECIPES,
     **VLM_RECIPES,
 }
-DEFAULT_RECIPE = "digits_flow_grpo"
 
 
 def get_recipe(name: str) -> TrainConfig:

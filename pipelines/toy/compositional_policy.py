@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -12,6 +14,7 @@ from pipelines.toy.compositional import (
     null_tokens,
     tokenize,
 )
+from pipelines.toy.export import export_toy
 from pipelines.toy.models import to_pixels
 
 
@@ -43,6 +46,7 @@ class ToyCompositionalPolicy(FlowPolicy):
         if gradient_checkpointing:
             raise ValueError("the embedded compositional model has no gradient checkpointing")
         self.network: nn.Module = load_compositional_model(pretrained)
+        self._base = str(pretrained) if pretrained else "embedded:compositional_flow"
         self.network.requires_grad_(False)
         self.module = self.network
         self.latent_shape = _base_model(self.network).event_shape
@@ -64,6 +68,11 @@ class ToyCompositionalPolicy(FlowPolicy):
 
     def default_lora_targets(self) -> list[str]:
         return list(CompositionalFlowModel.lora_target_modules)
+
+    def export(self, directory: str | Path) -> Path:
+        """``trainable.safetensors``, plus peft's ``adapter_config.json`` and
+        ``adapter_model.safetensors`` for a LoRA run (``pipelines.toy.export``)."""
+        return export_toy(self, directory, self._base)
 
 
 def _base_model(module: nn.Module) -> CompositionalFlowModel:

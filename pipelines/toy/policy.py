@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from pipelines.base import Condition, FlowPolicy
+from pipelines.toy.export import export_toy
 from pipelines.toy.models import DigitFlowModel, load_flow_model, to_pixels
 from pipelines.toy.prompts import parse_prompt
 
@@ -34,6 +37,7 @@ class ToyDigitsPolicy(FlowPolicy):
         if gradient_checkpointing:
             raise ValueError("the embedded digits model has no gradient checkpointing")
         self.network: nn.Module = load_flow_model(pretrained)
+        self._base = str(pretrained) if pretrained else "embedded:digits_flow"
         self.network.requires_grad_(False)
         self.module = self.network
         self.num_classes = _base_model(self.network).num_classes
@@ -60,6 +64,11 @@ class ToyDigitsPolicy(FlowPolicy):
 
     def default_lora_targets(self) -> list[str]:
         return list(DigitFlowModel.lora_target_modules)
+
+    def export(self, directory: str | Path) -> Path:
+        """``trainable.safetensors``, plus peft's ``adapter_config.json`` and
+        ``adapter_model.safetensors`` for a LoRA run (``pipelines.toy.export``)."""
+        return export_toy(self, directory, self._base)
 
 
 def _base_model(module: nn.Module) -> DigitFlowModel:

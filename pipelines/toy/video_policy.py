@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from pipelines.base import Condition, FlowPolicy
+from pipelines.toy.export import export_toy
 from pipelines.toy.models import to_pixels
 from pipelines.toy.video import (
     CANVAS,
@@ -44,6 +47,7 @@ class ToyVideoDigitsPolicy(FlowPolicy):
         if gradient_checkpointing:
             raise ValueError("the embedded video model has no gradient checkpointing")
         self.network: nn.Module = load_video_flow_model(pretrained)
+        self._base = str(pretrained) if pretrained else "embedded:moving_digits_flow"
         self.network.requires_grad_(False)
         self.module = self.network
         base = _base_model(self.network)
@@ -74,6 +78,11 @@ class ToyVideoDigitsPolicy(FlowPolicy):
 
     def default_lora_targets(self) -> list[str]:
         return list(MovingDigitFlowModel.lora_target_modules)
+
+    def export(self, directory: str | Path) -> Path:
+        """``trainable.safetensors``, plus peft's ``adapter_config.json`` and
+        ``adapter_model.safetensors`` for a LoRA run (``pipelines.toy.export``)."""
+        return export_toy(self, directory, self._base)
 
 
 def _base_model(module: nn.Module) -> MovingDigitFlowModel:

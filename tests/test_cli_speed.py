@@ -1,0 +1,96 @@
+"""The CLI answers at once: ``--help`` and argument errors import no torch, diffusers or
+transformers, and the light recipe table they read names the real recipes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genrl.recipe_catalog import CATALOG, DEFAULT_RECIPE
+from genrl.recipes import DEFAULT_RECIPE as REGISTRY_DEFAULT
+from genrl.recipes import RECIPES
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "diffusers", "transformers", "accelerate", "peft")
+
+# Runs each argv through genrl.cli.main in one fresh interpreter and reports the exit code and
+# which heavy modules were imported by then.
+_PROBE = """
+import json, sys
+from genrl.cli import main
+argv = json.loads(sys.argv[1])
+try:
+    code = main(argv)
+except SystemExit as exit:
+    code = exit.code
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def _probe(*argv: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), json.dumps(list(argv))],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--help"], 0),
+        (["train", "--help"], 0),
+        (["sample", "--help"], 0),
+        (["train", "--no-such-option"], 2),
+        ([], 2),  # no command
+        (["train", "digits_flow"], 2),  # a mistyped recipe
+    ],
+)
+def test_help_and_argument_errors_import_nothing_heavy(argv: list[str], code: int) -> None:
+    result = _probe(*argv)
+    assert result["code"] == code
+    assert result["heavy"] == []
+
+
+def test_a_mistyped_recipe_gets_a_suggestion_without_torch() -> None:
+    result = _probe("train", "digits_flow_grp")
+    assert "unknown recipe 'digits_flow_grp'. Did you mean 'digits_flow_grpo'?" in result["stderr"]
+
+
+def test_the_table_names_every_registered_recipe_function() -> None:
+    assert list(CATALOG) == list(RECIPES)
+    assert DEFAULT_RECIPE == REGISTRY_DEFAULT
+    for name, entry in CATALOG.items():
+        function = RECIPES[name]
+        assert (entry.module, entry.function) == (function.__module__, function.__name__), name
+
+
+def test_the_table_flags_agree_with_the_configs() -> None:
+    for name, entry in CATALOG.items():
+        config = RECIPES[name]()
+        from_hub = config.policy.pretrained is not None
+        assert entry.needs_download == from_hub, name
+        # Every embedded model trains on a CPU; every Hub recipe here is a GPU job.
+        assert entry.needs_gpu == from_hub, name
+        assert entry.description.endswith(".") and "\n" not in entry.description, name
+
+
+def test_list_prints_whole_descriptions_and_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    from genrl.cli import main
+
+    assert main(["list", "--recipes"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # undo the wrapping
+    for name, entry in CATALOG.items():
+        assert name in out
+        assert entry.description in out
+    assert "digits_flow_grpo (default) Flow-GRPO" in out
+    assert "Flow-GRPO's pickscore_flux settings. [needs GPU + download]" in out
+    assert "the default job). [needs" not in out  # the embedded task needs neither

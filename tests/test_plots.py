@@ -1,0 +1,84 @@
+"""Pictures that read well: labels keep their spaces, grids carry titles, the reward band stays
+inside the reward's range, and text runs' legends do not speak of ODEs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from genrl.curves import band, curve_labels, curve_points
+from genrl.plots import font, save_sample_grid, wrap_label
+from genrl.recipes import get_recipe
+from reward_models import CompositeReward
+from reward_models.digits import DigitClassifierReward
+from reward_models.text import CountdownReward, SudokuReward
+
+ROWS = [
+    {"iteration": 1, "r/mean": 0.9, "r/std": 0.2, "r/min": 0.5, "r/max": 1.0},
+    {"iteration": 2, "r/mean": 0.3, "r/std": 0.5, "r/min": 0.1, "r/max": 0.6, "eval/r": 0.4},
+]
+
+
+def test_band_is_clipped_to_the_declared_range() -> None:
+    points = curve_points(ROWS, "r", score_range=(0.0, 1.0))
+    # 0.9 ± 0.2 -> [0.7, 1.1] -> top clipped to 1; 0.3 ± 0.5 -> [-0.2, 0.8] -> bottom to 0.
+    assert points["low"] == pytest.approx([0.7, 0.0])
+    assert points["high"] == pytest.approx([1.0, 0.8])
+    assert points["eval_iteration"] == [2] and points["eval"] == [0.4]
+
+
+def test_band_without_a_range_is_clipped_to_the_observed_samples() -> None:
+    points = curve_points(ROWS, "r")
+    # [0.7, 1.1] within observed [0.5, 1.0]; [-0.2, 0.8] within observed [0.1, 0.6].
+    assert points["low"] == pytest.approx([0.7, 0.1])
+    assert points["high"] == pytest.approx([1.0, 0.6])
+    assert band(0.5, 0.1, None, None) == pytest.approx((0.4, 0.6))
+
+
+def test_rewards_declare_their_ranges() -> None:
+    assert DigitClassifierReward.score_range == (0.0, 1.0)
+    assert SudokuReward(solved_bonus=1.0).score_range == (0.0, 2.0)
+    assert CompositeReward([(DigitClassifierReward(), 2.0)]).score_range == (0.0, 2.0)
+    assert CompositeReward([(DigitClassifierReward(), -1.0)]).score_range == (-1.0, 0.0)
+    # Several rewards renormalise per sample over those that apply: no fixed bound.
+    two = CompositeReward([(DigitClassifierReward(), 1.0), (CountdownReward(), 1.0)])
+    assert two.score_range is None
+
+
+def test_legends_name_how_samples_were_made() -> None:
+    text_train, text_eval = curve_labels(get_recipe("llm_countdown_grpo"))
+    assert "ODE" not in text_train + text_eval
+    assert text_train == "training reward (sampled completions)"
+    assert text_eval == "held-out reward (greedy)"
+    dllm_eval = curve_labels(get_recipe("dllm_sudoku_maskgrpo"))[1]
+    assert dllm_eval == "held-out reward (temperature 1, fixed seeds)"
+    flow_eval = curve_labels(get_recipe("digits_flow_grpo"))[1]
+    assert flow_eval == "held-out reward (10-step ODE, fixed seeds)"
+
+
+def test_labels_keep_their_spaces() -> None:
+    face = font()
+    # Pillow's built-in font drew "digit six" as wide as "digitsix"; a space is ~4 px here.
+    assert face.getlength("digit six") - face.getlength("digitsix") >= 3
+    lines = wrap_label("a handwritten digit six", 90, face)
+    assert len(lines) > 1 and " ".join(lines) == "a handwritten digit six"
+    assert all(face.getlength(line) <= 90 for line in lines)
+    cut = wrap_label("one two three four five six seven", 40, face, max_lines=2)
+    assert len(cut) == 2 and cut[-1].endswith("…")
+
+
+def test_grid_has_a_title_and_a_row_per_prompt(tmp_path: Path) -> None:
+    prompts = ["digit six", "digit one"]
+    images = torch.zeros(4, 1, 8, 8)  # black samples, 2 per prompt
+    plain, titled = tmp_path / "plain.png", tmp_path / "titled.png"
+    save_sample_grid(images, prompts * 2, plain, num_prompts=2, per_prompt=2)
+    save_sample_grid(images, prompts * 2, titled, num_prompts=2, per_prompt=2, title="after")
+    with Image.open(plain) as a, Image.open(titled) as b:
+        assert a.size == (200 + 2 * (64 + 4), 2 * (64 + 4) + 4)
+        assert b.width == a.width and b.height > a.height  # room for the title
+        # The title band holds dark text pixels; the plain grid's top rows are white.
+        assert b.convert("L").crop((0, 0, 100, 16)).getextrema()[0] < 128
+        assert a.convert("L").crop((0, 0, 200, 4)).getextrema()[0] == 255
