@@ -53,13 +53,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_summary(target: str) -> str:
+def _target_summary(target: object) -> str:
     """A registry target's (``module:attr``) docstring summary, read from its source file with
     ``ast`` so that listing does not import diffusers or transformers; the target itself when
-    it has no docstring."""
+    it has no docstring. A target registered as an object at run time (``GRPOTrainer``
+    registers reward functions so) is summarised from its own docstring."""
     import ast
     import importlib.util
 
+    if not isinstance(target, str):
+        return _summary(target) or getattr(target, "__qualname__", repr(target))
     module, _, attr = target.partition(":")
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
