@@ -31,7 +31,7 @@ from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from reward_models.server_requests import RequestError, internal_error
+from reward_models.server_requests import Job, RequestError, internal_error
 
 if TYPE_CHECKING:
     from reward_models.server import RewardServer
@@ -133,10 +133,14 @@ def _check_token(server: RewardServer, request: Request) -> None:
 
 
 async def _score(server: RewardServer, body: bytes, request_id: str) -> Response:
-    parsed = await run_in_threadpool(server.parse, body)
+    held = [body]
     del body
-    job = await run_in_threadpool(server.admit, parsed, request_id)  # may wait for the budget
-    del parsed
+
+    def prepare() -> Job:  # one thread hop for both blocking steps
+        request = server.parse(held.pop())  # the body is dropped before anything is decoded
+        return server.admit(request, request_id)  # may wait for the pixel budget
+
+    job = await run_in_threadpool(prepare)
     loop = asyncio.get_running_loop()
     scored: asyncio.Future[None] = loop.create_future()
 

@@ -99,6 +99,10 @@ class JSONHTTPServer(ThreadingHTTPServer):
 def handler_for(server: RewardServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as asyncio (uvicorn) sets it: headers and body go out in two writes, and
+        # on a kept-alive connection Nagle's algorithm held the body until the client's delayed
+        # ACK, 40 ms per reply (80 ms per request with one pooled client, measured; 33 ms since).
+        disable_nagle_algorithm = True
         timeout = 60  # seconds a client may take to send its request (socket timeout)
         request_id = "-"
 
