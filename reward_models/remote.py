@@ -145,12 +145,18 @@ class RemoteReward(RewardModel):
         )
 
 
+KEEPALIVE_S = 30.0  # idle pooled connections are closed by the client after this
+
+
 def new_client() -> httpx.Client:
     """A pooled client: keep-alive connections, no proxy from the environment (a reward server
-    is reached directly), timeouts given per request."""
+    is reached directly), timeouts given per request. Idle connections expire after
+    ``KEEPALIVE_S``, before either front closes them (http.server after 60 s, uvicorn after
+    75 s), so the client never sends on a connection the server is closing at that moment."""
     import httpx
 
-    return httpx.Client(trust_env=False, limits=httpx.Limits(max_keepalive_connections=32))
+    limits = httpx.Limits(max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_S)
+    return httpx.Client(trust_env=False, limits=limits)
 
 
 _shared: list[httpx.Client] = []  # post_json's client when none is given, made once

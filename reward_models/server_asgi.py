@@ -257,6 +257,9 @@ class AsgiFront:
             access_log=False,  # quiet: a trainer calls many times a minute
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             timeout_graceful_shutdown=1,
+            # Idle connections kept longer than the client keeps them (remote.KEEPALIVE_S), so
+            # that the client, not the server, closes them: no request races a server close.
+            timeout_keep_alive=75,
         )
         self._uvicorn = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
