@@ -7,6 +7,7 @@ here and turns ``ServeError`` (a ``ValueError``) into a one-line error with exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -107,10 +108,11 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         f"{len(rewards)} replica(s) on {where}; Ctrl-C stops",
         flush=True,
     )
-    try:
-        server.serve_forever()  # shuts the server down however it ends
-    except KeyboardInterrupt:  # the way to stop it: a normal end
-        print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
+    # Shuts the server down however it ends. Ctrl-C is the way to stop it, a normal end: the
+    # legacy front raises KeyboardInterrupt, uvicorn catches SIGINT and SIGTERM and returns.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)
     return 0
 
 
