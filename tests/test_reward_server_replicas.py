@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import sys
 import threading
 import time
@@ -19,7 +21,8 @@ from reward_models import RewardError, RewardOutput
 from reward_models.color import TargetColorReward
 from reward_models.remote import RemoteReward
 from reward_models.server import RewardServer
-from reward_models.wire import quantize
+from reward_models.server_requests import RequestError
+from reward_models.wire import encode_outputs, quantize
 
 
 def images(n: int, seed: int) -> torch.Tensor:
@@ -219,3 +222,53 @@ def test_serve_reward_without_the_server_extra_says_what_to_install(monkeypatch,
     assert main(["serve-reward", "digit_classifier", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'genrl[server]'" in err and "--server stdlib" in err
+
+
+def raw(address: str, data: bytes) -> bytes:
+    host, port = address.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(data)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def chunked(body: bytes, piece: int = 100) -> bytes:
+    parts = [body[i : i + piece] for i in range(0, len(body), piece)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def test_the_asgi_front_takes_chunked_bodies_within_the_size_limit(servers) -> None:
+    """No Content-Length: the legacy front answers 411; the ASGI one reads the chunks and
+    refuses with 413 as soon as they pass ``max_request_bytes``."""
+    body = json.dumps({"version": 1, "prompts": ["p"], "outputs": encode_outputs(images(1, 0))})
+    server = RewardServer(
+        TargetColorReward(), port=0, max_request_bytes=len(body), front="asgi"
+    ).start()
+    legacy = RewardServer(TargetColorReward(), port=0, front="stdlib").start()
+    servers += [server, legacy]
+    head = b"POST /score HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    reply = raw(legacy.address, head + b"\r\n" + chunked(body.encode()))
+    assert reply.startswith(b"HTTP/1.1 411") and b"Content-Length required" in reply
+    reply = raw(server.address, head + b"Connection: close\r\n\r\n" + chunked(body.encode()))
+    assert reply.startswith(b"HTTP/1.1 200") and b'"target_color": [' in reply
+    server.max_request_bytes = len(body) - 1
+    reply = raw(server.address, head + b"\r\n" + chunked(body.encode()))
+    assert reply.startswith(b"HTTP/1.1 413") and b"exceeds" in reply
+
+
+def test_requests_after_shutdown_get_503_and_give_their_pixels_back() -> None:
+    server = RewardServer(TargetColorReward(), port=0)
+    server.shutdown()  # the workers are stopped: nothing would ever score a queued job
+    request = server.parse(
+        json.dumps(
+            {"version": 1, "prompts": ["p"], "outputs": encode_outputs(images(1, 0))}
+        ).encode()
+    )
+    job = server.admit(request, "id")
+    assert server.limits.pixels.in_use == 64
+    with pytest.raises(RequestError) as refused:
+        server.dispatch(job)
+    assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "1"}
+    assert server.limits.pixels.in_use == 0
