@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 import sys
@@ -166,6 +167,10 @@ def test_the_client_keeps_its_connection_alive(servers) -> None:
     remote.close()
     remote(images(1, 0), ["p"])  # a closed pool opens a new one
     assert len(connections) == 2
+    copied = copy.deepcopy(remote)  # a copy (or a pickled one) gets its own pool
+    assert copied.client() is not remote.client()
+    copied(images(1, 0), ["p"])
+    assert len(connections) == 3
 
 
 def test_refusals_fail_at_once_without_retrying(servers, monkeypatch) -> None:
