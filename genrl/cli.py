@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from genrl.cli_serve import add_serve_parser
+
 
 def _add_config_args(p: argparse.ArgumentParser, recipe_optional: bool = True) -> None:
     p.add_argument(
@@ -78,32 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--checkpoint", required=True, help="run or checkpoint directory")
     export.add_argument("--out", required=True, help="output directory")
 
-    serve = sub.add_parser("serve-reward", help="serve a reward model over HTTP (JSON)")
-    serve.add_argument("reward", help="registered reward name (see `genrl list`)")
-    serve.add_argument(
-        "--kwargs", default="{}", help='reward arguments as JSON, e.g. \'{"device": "cuda"}\''
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="other than loopback needs a token")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument(
-        "--token-env", default="GENRL_REWARD_TOKEN", help="environment variable with the token"
-    )
-    serve.add_argument("--max-batch-size", type=int, default=64, help="samples per reward call")
-    serve.add_argument("--max-request-mb", type=float, default=64.0)
-    serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
-    serve.add_argument(
-        "--max-request-mpix", type=float, default=64.0, help="decoded pixels per request (2^20)"
-    )
-    serve.add_argument(
-        "--pixel-budget-mpix",
-        type=float,
-        default=128.0,
-        help="decoded pixels held by all requests together (2^20; 12 bytes each)",
-    )
-    serve.add_argument("--max-decodes", type=int, default=4, help="requests decoding at once")
-    serve.add_argument(
-        "--max-wait", type=float, default=10.0, help="seconds to wait for the budget, then 503"
-    )
+    add_serve_parser(sub)
 
     learn = sub.add_parser("train-reward", help="train a reward model (artifact probe)")
     learn.add_argument("kind", choices=["artifact"], help="what to train")

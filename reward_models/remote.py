@@ -3,27 +3,31 @@
     reward = [{name = "remote", kwargs = {url = "http://gpu-box:8000", name = "pickscore"}}]
 
 The batch goes out in requests of at most ``max_batch_size`` samples; each response must hold
-exactly its request's rows, so no sample is lost or counted twice. Connection failures, timeouts
-and 502/503/504 are retried with exponential back-off (scoring is a pure function, so a retry is
-safe); a wrong token or a refused request fails at once, and a server that stays down raises a
-``RewardError`` naming the URL before any advantage is computed, so the iteration is not half
-applied and the run resumes from its last checkpoint.
+exactly its request's rows, so no sample is lost or counted twice. Requests go through one pooled
+``httpx.Client`` per ``RemoteReward`` (connections kept alive between iterations, no new TCP
+handshake per request). Connection failures, timeouts and 502/503/504 are retried with
+exponential back-off, waiting at least a 503's Retry-After (scoring is a pure function, so a
+retry is safe); a wrong token or a refused request (400, 413, ...) fails at once, and a server
+that stays down raises a ``RewardError`` naming the URL before any advantage is computed, so the
+iteration is not half applied and the run resumes from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from reward_models.base import RewardModel, RewardOutput
 from reward_models.composite import RewardError
 from reward_models.wire import VERSION, WireError, decode_scores, encode_outputs
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRIED_STATUS = (502, 503, 504)
 
@@ -72,6 +76,32 @@ class RemoteReward(RewardModel):
         self.backoff_s = backoff_s
         self.max_batch_size = max_batch_size
         self.concurrent_calls = concurrent_requests
+        self._client: httpx.Client | None = None  # made on first use: one pool per reward
+        self._client_lock = threading.Lock()
+
+    def client(self) -> httpx.Client:
+        """This reward's pooled HTTP client (thread-safe; connections kept alive)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = new_client()
+            return self._client
+
+    def close(self) -> None:
+        """Close the pooled connections (a later call opens new ones)."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (deepcopy, pickling for another process) gets its own pool and lock.
+        state = dict(self.__dict__)
+        state["_client"], state["_client_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client_lock = threading.Lock()
 
     def score(
         self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
@@ -118,7 +148,33 @@ class RemoteReward(RewardModel):
             self.retries,
             self.backoff_s,
             hint="is `genrl serve-reward` running there?",
+            client=self.client(),
         )
+
+
+KEEPALIVE_S = 30.0  # idle pooled connections are closed by the client after this
+
+
+def new_client() -> httpx.Client:
+    """A pooled client: keep-alive connections, no proxy from the environment (a reward server
+    is reached directly), timeouts given per request. Idle connections expire after
+    ``KEEPALIVE_S``, before either front closes them (http.server after 60 s, uvicorn after
+    75 s), so the client never sends on a connection the server is closing at that moment."""
+    import httpx
+
+    limits = httpx.Limits(max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_S)
+    return httpx.Client(trust_env=False, limits=limits)
+
+
+_shared: list[httpx.Client] = []  # post_json's client when none is given, made once
+_shared_lock = threading.Lock()
+
+
+def _shared_client() -> httpx.Client:
+    with _shared_lock:
+        if not _shared:
+            _shared.append(new_client())
+        return _shared[0]
 
 
 def post_json(
@@ -130,11 +186,16 @@ def post_json(
     backoff_s: float,
     hint: str = "",
     token_hint: str = "set it with the reward's token or token_env",
+    client: httpx.Client | None = None,
 ) -> dict[str, Any]:
     """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts and 502-504
     are retried with exponential back-off (waiting at least a 503's Retry-After, up to
     ``timeout_s``); 401 and other refusals raise a ``RewardError`` at once, as does a server
-    that fails ``retries + 1`` times."""
+    that fails ``retries + 1`` times. ``client``: the pool to send through (default: one
+    shared by every caller that gives none)."""
+    import httpx
+
+    client = client or _shared_client()
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
@@ -144,26 +205,27 @@ def post_json(
         if attempt:
             time.sleep(max(wait, retry_after))
             wait *= 2
-        request = urllib.request.Request(url, data, headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                answer = reply.read()
-            try:
-                return json.loads(answer)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise RewardError(
-                    f"{url} answered with something that is not JSON: {answer[:200]!r}"
-                ) from None
-        except urllib.error.HTTPError as err:
-            message = _error_message(err)
-            if err.code == 401:
-                raise RewardError(f"{url} rejected the token ({token_hint})") from None
-            if err.code not in RETRIED_STATUS:
-                raise RewardError(f"{url} refused the request ({err.code}): {message}") from None
-            last_error = f"HTTP {err.code}: {message}"
-            retry_after = min(_seconds(err.headers.get("Retry-After")), timeout_s)
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-            last_error, retry_after = repr(getattr(err, "reason", err)), 0.0
+            reply = client.post(url, content=data, headers=headers, timeout=timeout_s)
+        except httpx.TransportError as err:  # refused, reset, timed out, bad HTTP
+            last_error, retry_after = repr(err), 0.0
+            continue
+        if reply.status_code == 401:
+            raise RewardError(f"{url} rejected the token ({token_hint})")
+        if reply.status_code in RETRIED_STATUS:
+            last_error = f"HTTP {reply.status_code}: {_error_message(reply)}"
+            retry_after = min(_seconds(reply.headers.get("Retry-After")), timeout_s)
+            continue
+        if reply.status_code >= 300:
+            raise RewardError(
+                f"{url} refused the request ({reply.status_code}): {_error_message(reply)}"
+            )
+        try:
+            return json.loads(reply.content)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RewardError(
+                f"{url} answered with something that is not JSON: {reply.content[:200]!r}"
+            ) from None
     raise RewardError(f"{url} failed {retries + 1} times (last: {last_error}); {hint}".rstrip("; "))
 
 
@@ -175,19 +237,17 @@ def _seconds(retry_after: str | None) -> float:
         return 0.0
 
 
-def _error_message(err: urllib.error.HTTPError) -> str:
+def _error_message(reply: httpx.Response) -> str:
     try:
-        return str(json.loads(err.read()).get("error", ""))
+        return str(json.loads(reply.content).get("error", ""))
     except Exception:  # not our server's JSON
-        return err.reason if isinstance(err.reason, str) else repr(err.reason)
+        return reply.reason_phrase or f"HTTP {reply.status_code}"
 
 
 def _jsonable(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Metadata rows with tensors turned into numbers (e.g. ``completion_length``). Columns
     holding objects JSON cannot carry (a prompt's in-memory PIL images) stay home: the wire
     sends data, the server gets the outputs themselves."""
-    import json
-
     rows = []
     for row in metadata:
         kept = {}
@@ -202,4 +262,4 @@ def _jsonable(metadata: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["RemoteReward", "post_json"]
+__all__ = ["RemoteReward", "new_client", "post_json"]

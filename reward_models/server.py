@@ -1,45 +1,73 @@
 """Serve any reward model over HTTP with JSON (``genrl serve-reward NAME``).
 
-One scoring thread owns the model; HTTP handler threads decode requests and queue them. The
-scoring thread merges queued requests into batches of up to ``max_batch_size`` samples (images of
-one size, or texts) within ``batch_wait_s``, scores each batch with one call and hands every
-request its own rows back, so concurrent trainer processes share forwards. Requests are checked
-before they reach the model: a shared token (``Authorization: Bearer ...``, compared in constant
-time), a size limit, the wire format of ``reward_models/wire.py`` and the kinds of output the
-reward ``accepts``; images are decoded only within the server-wide limits of
-``server_requests.DecodeLimits`` (503 when full). A request that waits longer than
-``request_timeout_s`` gets a 504. Every reply is JSON, errors ``{"error": ..., "request_id": ...}``;
-internal failures are logged under the request id and never sent to the client.
+The HTTP front decodes requests and hands them to the scoring side; each model replica has one
+scoring worker (``server_replicas.py``) that merges queued requests into batches of up to
+``max_batch_size`` samples (images of one size, or texts) within ``batch_wait_s``, scores each
+batch with one call and hands every request its own rows back, so concurrent trainer processes
+share forwards. Several replicas (one model instance per device) sit behind one endpoint, each
+request going to the least-loaded one. Requests are checked before they reach a model: a shared
+token (``Authorization: Bearer ...``, compared in constant time), a size limit, the wire format
+of ``reward_models/wire.py`` and the kinds of output the reward ``accepts``; images are decoded
+only within the server-wide limits of ``server_requests.DecodeLimits`` (503 when full). A
+request not scored within ``request_timeout_s`` gets a 504. Every reply is JSON, errors
+``{"error": ..., "request_id": ...}``; internal failures are logged under the request id and
+never sent to the client.
+
+Two fronts speak the same protocol: ``"asgi"`` (the default: a Starlette app on uvicorn,
+``server_asgi.py``; needs ``pip install 'genrl[server]'``) and ``"stdlib"`` (the legacy
+``http.server`` front, one thread per connection, ``server_http.py``), kept as the baseline of
+``benchmarks/reward_server.py`` and for installs without the server extra.
 
     server = RewardServer(build_reward("pickscore"), port=8000, token="secret")
     server.serve_forever()          # or server.start() for a background thread
+    RewardServer([build_reward("pickscore", device=f"cuda:{i}") for i in range(2)], ...)
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
-import queue
-import threading
-import time
-from typing import Any
-
-import torch
+import socket
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any, Protocol
 
 from reward_models.base import RewardModel
-from reward_models.server_http import JSONHTTPServer, handler_for
-from reward_models.server_requests import DecodeLimits, Job
-from reward_models.wire import VERSION, encode_scores
+from reward_models.server_replicas import Replicas
+from reward_models.server_requests import (
+    DecodeLimits,
+    Job,
+    ScoreRequest,
+    internal_error,
+    parse_score_request,
+)
+from reward_models.wire import VERSION
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+FRONTS = ("asgi", "stdlib")
+
+
+class Front(Protocol):
+    """What a transport gives ``RewardServer``: listen at construction, serve, stop."""
+
+    @property
+    def address(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def serve_forever(self) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class RewardServer:
-    """HTTP front of one reward model.
+    """HTTP front of one reward model, or of several replicas of it.
 
     Args:
-        reward: the model to serve.
+        reward: the model to serve, or a list of distinct instances of it (one replica each,
+            e.g. one per device), each scored by its own worker.
         host, port: where to listen (port 0: any free port, see ``address``).
         token: shared secret clients must send; required unless ``host`` is a loopback address.
         max_request_bytes: larger request bodies are refused with 413.
@@ -51,13 +79,17 @@ class RewardServer:
         max_wait_s: how long a request waits for room in the pixel budget and for a decode
             slot; then it gets 503 with Retry-After (the client retries).
         max_batch_size: samples per reward call (merged requests; larger requests are split).
-        batch_wait_s: how long the scoring thread waits for more requests to merge.
+        batch_wait_s: how long a scoring worker waits for more requests to merge.
         request_timeout_s: a request not scored within this gets 504.
+        front: ``"asgi"`` (Starlette on uvicorn) or ``"stdlib"`` (legacy http.server);
+            None: ``RewardServer.default_front``.
     """
+
+    default_front = "asgi"
 
     def __init__(
         self,
-        reward: RewardModel,
+        reward: RewardModel | Sequence[RewardModel],
         host: str = "127.0.0.1",
         port: int = 8000,
         token: str | None = None,
@@ -69,6 +101,7 @@ class RewardServer:
         max_batch_size: int = 64,
         batch_wait_s: float = 0.01,
         request_timeout_s: float = 300.0,
+        front: str | None = None,
     ) -> None:
         if not token and host not in LOOPBACK:
             raise ValueError(
@@ -82,47 +115,46 @@ class RewardServer:
                 f"max_pixels ({max_pixels}) must fit the pixel budget ({pixel_budget}): a "
                 "request within its own limit could never be decoded"
             )
-        self.reward = reward
+        front = front or self.default_front
+        if front not in FRONTS:
+            raise ValueError(f"front must be one of {', '.join(FRONTS)}, got {front!r}")
+        rewards = [reward] if isinstance(reward, RewardModel) else list(reward)
         self.token = token
         self.max_request_bytes = max_request_bytes
         self.max_pixels = max_pixels
         self.limits = DecodeLimits(pixel_budget, max_decodes, max_wait_s)
         self.max_batch_size = max_batch_size
-        self.batch_wait_s = batch_wait_s
         self.request_timeout_s = request_timeout_s
-        self.batch_sizes: list[int] = []  # samples per reward call, for tests and logs
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
-        self._httpd = JSONHTTPServer((host, port), handler_for(self))
-        self._scorer = threading.Thread(target=self._score_loop, daemon=True)
-        self._threads: list[threading.Thread] = []
+        self.replicas = Replicas(rewards, self.limits, max_batch_size, batch_wait_s)
+        self.reward = rewards[0]  # what every replica is a copy of
+        self.batch_sizes = self.replicas.batch_sizes  # samples per reward call, all replicas
+        self.front_name = front
+        self._front = _make_front(front, self, host, port)  # listening from here on
+        self._started = False
 
     @property
     def address(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else host
-        return f"http://{host}:{port}"
+        return self._front.address
 
     def start(self) -> RewardServer:
         """Serve from background threads; returns self (``address`` tells where)."""
-        self._scorer.start()
-        thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self.replicas.start()
+        self._started = True
+        self._front.start()
         return self
 
     def serve_forever(self) -> None:
-        self._scorer.start()
+        self.replicas.start()
+        self._started = True
         try:
-            self._httpd.serve_forever()
+            self._front.serve_forever()
         finally:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop listening (the port is released) and stop the scoring thread."""
-        if self._threads:
-            self._httpd.shutdown()
-        self._httpd.server_close()
-        self._jobs.put(None)
+        """Stop listening (the port is released) and stop the scoring workers."""
+        self._front.shutdown()
+        self.replicas.stop()
 
     def describe(self) -> dict[str, Any]:
         """What ``GET /health`` answers: the reward, the kinds it accepts, the limits."""
@@ -130,6 +162,7 @@ class RewardServer:
             "version": VERSION,
             "reward": self.reward.name,
             "accepts": list(self.reward.accepts),
+            "replicas": len(self.replicas),
             "limits": {
                 "max_request_bytes": self.max_request_bytes,
                 "max_pixels": self.max_pixels,
@@ -138,117 +171,87 @@ class RewardServer:
             },
         }
 
-    # -- scoring thread -----------------------------------------------------------------------
-    def submit(self, job: Job) -> None:
-        self._jobs.put(job)
-        if not job.done.wait(self.request_timeout_s):
-            job.abandoned = True
+    # -- the steps of POST /score every front takes (blocking ones in a worker thread) --------
+    def authorised(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries the token (constant-time compare)."""
+        if not self.token:
+            return True
+        return hmac.compare_digest((header or "").encode(), f"Bearer {self.token}".encode())
 
-    def _score_loop(self) -> None:
-        pending: list[Job] = []
-        while True:
-            job = pending.pop(0) if pending else self._jobs.get()
-            if job is None:
-                return
-            if job.abandoned:  # a retry of it may already be queued
-                self._finish(job)
-                continue
-            batch, size, merge_pixels = [job], len(job), 0
-            deadline = time.monotonic() + self.batch_wait_s
-            while size < self.max_batch_size:
-                try:
-                    other = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if other is None:
-                    self._jobs.put(None)
-                    break
-                if other.abandoned:
-                    self._finish(other)
-                    continue
-                # A merge copies the requests' images into one tensor: that copy is taken from
-                # the pixel budget too, and without room for it they are scored one by one.
-                extra = other.pixels + (job.pixels if len(batch) == 1 else 0)
-                if (
-                    other.key() == job.key()
-                    and size + len(other) <= self.max_batch_size
-                    and self.limits.pixels.try_acquire(extra)
-                ):
-                    batch.append(other)
-                    size += len(other)
-                    merge_pixels += extra
-                else:
-                    pending.append(other)
-            try:
-                self._score(batch)
-            finally:
-                for done in batch:
-                    self._finish(done)
-                if merge_pixels:
-                    self.limits.release(merge_pixels)
+    def parse(self, body: bytes) -> ScoreRequest:
+        """The checked request (raises ``RequestError``: 400, 415); images not decoded yet."""
+        return parse_score_request(body, self.reward.name, self.reward.accepts, self.max_pixels)
 
-    def _finish(self, job: Job) -> None:
-        """Drop a job's outputs and give its pixels back to the budget (once)."""
-        job.outputs = None
-        pixels, job.pixels = job.pixels, 0
-        if pixels:
-            self.limits.release(pixels)
+    def admit(self, request: ScoreRequest, request_id: str) -> Job:
+        """The request as a job, its images decoded within the server's limits (their pixels
+        now taken from the budget until the job is scored). May wait up to ``max_wait_s``;
+        raises ``RequestError`` (503 with Retry-After, 400 for corrupt PNG data)."""
+        if request.kind == "texts":
+            return Job(request_id, request.prompts, request.texts, request.metadata)
+        outputs = self.limits.decode(request)
+        job = Job(request_id, request.prompts, outputs, request.metadata)
+        job.pixels = request.pixels
+        return job
 
-    def _score(self, batch: list[Job]) -> None:
-        prompts = [p for job in batch for p in job.prompts]
-        if len(batch) == 1:
-            outputs: Any = batch[0].outputs  # a merge copies: not for one request
-        elif isinstance(batch[0].outputs, torch.Tensor):
-            outputs = torch.cat([job.outputs for job in batch])
-        else:
-            outputs = [t for job in batch for t in job.outputs]
-        for job in batch:  # the merged copy is the one to keep: halves the peak of a merge
-            job.outputs = None
-        metadata = None
-        if any(job.metadata for job in batch):
-            metadata = [m for job in batch for m in (job.metadata or [{}] * len(job))]
-        try:
-            chunks = []
-            for start in range(0, len(prompts), self.max_batch_size):
-                stop = start + self.max_batch_size
-                self.batch_sizes.append(len(prompts[start:stop]))
-                chunks.append(
-                    self.reward(
-                        outputs[start:stop],
-                        prompts[start:stop],
-                        metadata[start:stop] if metadata else None,
-                    )
-                )
-            scores = {
-                k: torch.cat([c.scores[k].float().cpu() for c in chunks]) for k in chunks[0].scores
-            }
-            applicable = {
-                k: torch.cat(
-                    [
-                        c.applicable.get(k, torch.ones(len(c.scores[k]), dtype=torch.bool)).cpu()
-                        for c in chunks
-                    ]
-                )
-                for k in chunks[0].applicable
-            }
-        except Exception:  # logged here; its clients only learn the request id
-            ids = ", ".join(job.request_id for job in batch)
-            logger.exception("reward %r failed on requests %s", self.reward.name, ids)
-            for job in batch:
-                job.failed = True
-                job.done.set()
-            return
-        start = 0
-        for job in batch:
-            rows = slice(start, start + len(job))
-            job.result = {
-                "version": VERSION,
-                "reward": self.reward.name,
-                "scores": encode_scores({k: v[rows] for k, v in scores.items()}),
-                "applicable": {k: v[rows].tolist() for k, v in applicable.items()},
-            }
-            start += len(job)
-            job.done.set()
+    def dispatch(self, job: Job) -> None:
+        """Queue the job on the least-loaded replica (returns at once)."""
+        self.replicas.dispatch(job)
+
+    def outcome(self, job: Job) -> tuple[HTTPStatus, dict[str, Any]]:
+        """The reply to a job once scored, failed or timed out (then marked abandoned, so that
+        its worker drops it instead of scoring it for nobody)."""
+        if job.result is not None:
+            return HTTPStatus.OK, job.result
+        if job.failed:
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": internal_error(job.request_id)}
+        job.abandoned = True
+        message = f"not scored within {self.request_timeout_s:g} s"
+        return HTTPStatus.GATEWAY_TIMEOUT, {"error": message}
 
 
-__all__ = ["RewardServer"]
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port`` (as http.server binds: an address only
+    lingering in TIME_WAIT may be reused), so that ``address`` is known at construction."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class MissingServerExtra(ImportError):
+    """The ASGI front's libraries (starlette, uvicorn) are not installed."""
+
+
+def check_front(name: str) -> None:
+    """Raise ``MissingServerExtra`` (saying what to install) when front ``name`` cannot run."""
+    if name != "asgi":
+        return
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise MissingServerExtra(
+            f"the default (asgi) reward server needs starlette and uvicorn ({err}); install "
+            "them with `pip install 'genrl[server]'`, or use the legacy http.server front "
+            "(`--server stdlib`, front='stdlib')"
+        ) from None
+
+
+def _make_front(name: str, server: RewardServer, host: str, port: int) -> Front:
+    if name == "stdlib":
+        from reward_models.server_http import StdlibFront
+
+        return StdlibFront(server, host, port)
+    check_front(name)
+    from reward_models.server_asgi import AsgiFront
+
+    return AsgiFront(server, host, port)
+
+
+__all__ = ["FRONTS", "MissingServerExtra", "RewardServer", "check_front", "listening_socket"]

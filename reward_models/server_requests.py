@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -133,15 +133,29 @@ class Job:
     result: dict[str, Any] | None = None
     failed: bool = False  # the reward raised (logged under the request id)
     abandoned: bool = False  # its client got a 504: not worth scoring any more
+    # Called from the scoring thread once the job is scored or failed: how an asyncio front
+    # learns of it without parking a thread on ``done``.
+    callbacks: list[Callable[[], None]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def complete(self) -> None:
+        """Mark the job scored (or failed) and tell whoever waits for it."""
+        self.done.set()
+        for callback in self.callbacks:
+            callback()
 
     def key(self) -> tuple:
         """Jobs with equal keys can share a batch (same kind, same image size)."""
         if isinstance(self.outputs, torch.Tensor):
             return ("videos" if self.outputs.ndim == 5 else "images", *self.outputs.shape[1:])
         return ("texts",)
+
+
+def internal_error(request_id: str) -> str:
+    """The message of a 500: the details stay in the server log, under the request id."""
+    return f"internal error; the server log has the details under request id {request_id}"
 
 
 class PixelBudget:
@@ -270,5 +284,6 @@ __all__ = [
     "PixelBudget",
     "RequestError",
     "ScoreRequest",
+    "internal_error",
     "parse_score_request",
 ]

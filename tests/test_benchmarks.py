@@ -97,3 +97,17 @@ def test_cli_startup_ends_with_its_json_line() -> None:
     assert summary["help_seconds"] > 0 and summary["python_seconds"] > 0
     ratio = summary["help_seconds"] / summary["python_seconds"]
     assert abs(summary["help_over_python_ratio"] - ratio) < 0.01
+
+
+def test_reward_server_benchmark_ends_with_its_json_line() -> None:
+    summary = run_benchmark(
+        "reward_server.py",
+        *("--concurrency", "1,2", "--requests", "2", "--repeats", "1", "--images", "2"),
+        *("--size", "8", "--batch-ms", "1"),
+    )
+    assert summary["benchmark"] == "reward_server" and summary["scores_equal"] is True
+    ratios = summary["throughput_ratio_by_concurrency"]
+    assert set(ratios) == {"1", "2"} and summary["throughput_ratio"] == ratios["2"] > 0
+    for front in ("new", "legacy"):
+        for row in summary[front].values():  # 2 images per request
+            assert row["images_per_s"] == pytest.approx(2 * row["requests_per_s"], rel=0.01)

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from email.message import Message
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,10 +26,17 @@ from reward_models import CallableReward, CompositeReward, RewardError, RewardMo
 from reward_models.color import TargetColorReward
 from reward_models.corrected import CorrectedScore
 from reward_models.remote import RemoteReward
-from reward_models.server import RewardServer
+from reward_models.server import FRONTS, RewardServer
 from reward_models.server_requests import PixelBudget
 from reward_models.text import CountdownReward
 from reward_models.wire import encode_outputs
+
+
+@pytest.fixture(autouse=True, params=FRONTS)
+def front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs against both HTTP fronts: the ASGI one and the legacy http.server."""
+    monkeypatch.setattr(RewardServer, "default_front", request.param)
+    return request.param
 
 
 def images(n: int, size: int = 8) -> torch.Tensor:
@@ -40,14 +48,14 @@ def image_body(n: int = 1, size: int = 8) -> bytes:
     return json.dumps(request).encode()
 
 
-def post(address: str, body: bytes, path: str = "/score") -> tuple[int, dict[str, str], dict]:
-    """(status, headers, JSON body) of one request, refusals included."""
+def post(address: str, body: bytes, path: str = "/score") -> tuple[int, Message, dict]:
+    """(status, headers (names in any case), JSON body) of one request, refusals included."""
     request = urllib.request.Request(address + path, body, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, dict(reply.headers), json.loads(reply.read())
+            return reply.status, reply.headers, json.loads(reply.read())
     except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read())
+        return err.code, err.headers, json.loads(err.read())
 
 
 def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -163,12 +171,12 @@ def raw_reply(address: str, data: bytes) -> tuple[int, dict[str, str], bytes]:
     ("request_bytes", "status"),
     [
         (b"PUT /score HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 501),
-        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
-        (b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431),
-        (b"GET /health HTTP/1.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n", 431),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n", 431),
         (b"GET / too many words HTTP/1.1\r\n\r\n", 400),
         (b"GET /health HTTP/one\r\n\r\n", 400),
-        (b"GET /health HTTP/2.0\r\n\r\n", 505),
+        (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505),
     ],
 )
 def test_every_reply_is_json_with_an_error_and_a_request_id(
@@ -301,7 +309,7 @@ def test_a_merge_of_requests_is_taken_from_the_budget(serve, budget, batches) ->
     assert gate.entered.wait(20)  # X is being scored: A and B cannot join its batch
     a, _ = in_background(lambda: post(server.address, image_body()))
     b, _ = in_background(lambda: post(server.address, image_body()))
-    until(lambda: server._jobs.qsize() == 2, "A and B to be queued")
+    until(lambda: server.replicas[0].jobs.qsize() == 2, "A and B to be queued")
     gate.opened.set()
     for thread in (x, a, b):
         thread.join()
