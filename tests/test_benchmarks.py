@@ -77,3 +77,35 @@ def test_reference_memory_ends_with_its_json_line() -> None:
     assert runs["kl0"]["reference_bytes"] == {}  # no frozen copy at kl_beta=0
     assert runs["kl"]["reference_bytes"] == {"cpu": runs["kl"]["network_bytes"]}
     assert summary["device_bytes_kl0_over_before"] == 0.5
+
+
+@pytest.mark.slow
+def test_compositional_quick_ends_with_its_json_line_and_reuses_finished_runs(
+    tmp_path: Path,
+) -> None:
+    out = ("--output-dir", str(tmp_path))
+    summary = run_benchmark("compositional.py", "--quick", *out)
+    assert summary["benchmark"] == "compositional"
+    settings = summary["settings"]
+    assert settings["methods"] == ["flow_grpo", "diffusion_nft"] and settings["seeds"] == [0]
+    assert settings["iterations"] == 2 and summary["runs_trained"] == 2
+    for method, row in summary["methods"].items():
+        required = ("final", "steps_to_flow_grpo_best", "seconds_to_flow_grpo_best")
+        assert set(required) | {"diversity_change", "final_std", "steps_to_90pct_gain"} <= set(row)
+        assert 0.0 <= row["final"] <= 1.0 and row["final_std"] == 0.0  # one seed
+        assert set(row["per_category"]) == {
+            "single_object", "two_object", "counting", "colors", "position", "color_attr",
+        }  # fmt: skip
+        assert row["samples_drawn"] == 2 * 4 * 8, method  # 2 iterations of 4 prompts x 8
+    flow = summary["methods"]["flow_grpo"]
+    if summary["flow_grpo_gained"]:  # Flow-GRPO reaches its own best, by definition
+        assert flow["steps_to_flow_grpo_best_ratio"] == 1.0
+    else:  # nothing to reach: null, not a number
+        assert flow["steps_to_flow_grpo_best"] is None
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert len(list((tmp_path / "results").glob("*.json"))) == 2
+    assert not list((tmp_path / "runs").iterdir())  # run directories go once cached
+    # A rerun trains nothing and reports the same figures from the cache.
+    again = run_benchmark("compositional.py", "--quick", *out)
+    assert again["runs_trained"] == 0 and again["runs_cached"] == 2
+    assert again["methods"] == summary["methods"]
