@@ -300,7 +300,9 @@ def _show(value: float | None, digits: int) -> str:
     return "never" if value is None else f"{value:.{digits}f}"
 
 
-def plot(results: dict[str, list[dict[str, Any]]], summary: dict[str, Any], path: Path) -> None:
+def plot(
+    results: dict[str, list[dict[str, Any]]], summary: dict[str, Any], path: Path, iterations: int
+) -> None:
     """Two panels: held-out score against optimizer steps and against training seconds; the
     seed mean as a line, +- one std over seeds as a band."""
     import matplotlib
@@ -329,8 +331,8 @@ def plot(results: dict[str, list[dict[str, Any]]], summary: dict[str, Any], path
     by_steps.legend(loc="lower right", fontsize=7, ncol=2)
     seeds = max(len(r) for r in results.values())
     figure.suptitle(
-        f"Compositional task: 16 prompts x 8 samples per iteration, mean of {seeds} seed(s) "
-        "(band: +- std); dashed: Flow-GRPO's best"
+        f"Compositional task: {iterations} iterations x 16 prompts x 8 samples, mean of "
+        f"{seeds} seed(s) (band: +- std); dashed: Flow-GRPO's best"
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -400,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(results)
     print_table(summary)
     picture = args.plot or out / "curves.png"
-    plot(results, summary, picture)
+    plot(results, summary, picture, args.iterations)
     print(f"curves: {picture}")
     line = {
         "benchmark": "compositional",
