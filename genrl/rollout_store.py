@@ -117,8 +117,11 @@ class RolloutStore:
                         f"group {group_id}: reward {name!r} has shape {tuple(values.shape)}, "
                         f"expected [{size}]"
                     )
-                tensors[f"{group_id}/reward/{name}"] = values.detach().float().cpu().contiguous()
-            tensors[f"{group_id}/samples"] = group.samples.detach().cpu().contiguous()
+                # Copies: a reward may log one tensor under two names (the compositional
+                # reward's score is its ``requirements`` with partial credit), and safetensors
+                # refuses tensors that share memory.
+                tensors[f"{group_id}/reward/{name}"] = values.detach().float().cpu().clone()
+            tensors[f"{group_id}/samples"] = group.samples.detach().cpu().clone()
             records.append({
                 "id": group_id,
                 "prompt": group.prompt,

@@ -111,3 +111,77 @@ def test_reward_server_benchmark_ends_with_its_json_line() -> None:
     for front in ("new", "legacy"):
         for row in summary[front].values():  # 2 images per request
             assert row["images_per_s"] == pytest.approx(2 * row["requests_per_s"], rel=0.01)
+
+
+def test_compositional_quick_ends_with_its_json_line_and_reuses_finished_runs(
+    tmp_path: Path,
+) -> None:
+    out = ("--output-dir", str(tmp_path))
+    summary = run_benchmark("compositional.py", "--quick", *out)
+    assert summary["benchmark"] == "compositional"
+    settings = summary["settings"]
+    assert settings["methods"] == ["flow_grpo", "diffusion_nft"] and settings["seeds"] == [0]
+    assert settings["iterations"] == 2 and summary["runs_trained"] == 2
+    for method, row in summary["methods"].items():
+        required = ("final", "steps_to_flow_grpo_best", "seconds_to_flow_grpo_best")
+        assert set(required) | {"diversity_change", "final_std", "steps_to_90pct_gain"} <= set(row)
+        assert 0.0 <= row["final"] <= 1.0 and row["final_std"] == 0.0  # one seed
+        assert set(row["per_category"]) == {
+            "single_object", "two_object", "counting", "colors", "position", "color_attr",
+        }  # fmt: skip
+        assert row["samples_drawn"] == 2 * 4 * 8, method  # 2 iterations of 4 prompts x 8
+    flow = summary["methods"]["flow_grpo"]
+    if summary["flow_grpo_gained"]:  # Flow-GRPO reaches its own best, by definition
+        assert flow["steps_to_flow_grpo_best_ratio"] == 1.0
+    else:  # nothing to reach: null, not a number
+        assert flow["steps_to_flow_grpo_best"] is None
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert len(list((tmp_path / "results").glob("*.json"))) == 2
+    assert not list((tmp_path / "runs").iterdir())  # run directories go once cached
+    # A rerun trains nothing and reports the same figures from the cache.
+    again = run_benchmark("compositional.py", "--quick", *out)
+    assert again["runs_trained"] == 0 and again["runs_cached"] == 2
+    assert again["methods"] == summary["methods"]
+
+
+def test_compositional_summary_by_hand() -> None:
+    """The benchmark's thresholds and ratios on made-up curves ``[iteration, steps, seconds,
+    score]``: Flow-GRPO's seed-mean curve is (0, 0 s, 0.4), (55, 11 s, 0.7), (105, 21 s, 0.7),
+    so its best is 0.7 at 55 steps and 90% of its gain 0.4 + 0.9 x 0.3 = 0.67, also at 55."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import compositional
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def run(seed: int, curve: list[list[float]], final: float, diversity: float) -> dict:
+        scores = {"sample_diversity": 0.18, "compositional/exact": 0.3}
+        return {
+            "recipe": "r", "seed": seed, "curve": curve, "final": final,
+            "before": scores, "after": {**scores, "sample_diversity": diversity},
+            "optimizer_steps": curve[-1][1], "fill_seconds": 0.0,
+            "samples_seen": 256, "offline_samples": 0,
+        }  # fmt: skip
+
+    results = {
+        "flow_grpo": [
+            run(0, [[0, 0, 0, 0.4], [10, 50, 10, 0.6], [20, 100, 20, 0.7]], 0.7, 0.22),
+            run(1, [[0, 0, 0, 0.4], [10, 60, 12, 0.8], [20, 110, 22, 0.7]], 0.5, 0.20),
+        ],
+        "ram": [run(0, [[0, 0, 0, 0.4], [10, 80, 30, 0.65], [20, 160, 60, 0.72]], 0.72, 0.18)],
+        "gdro": [run(0, [[0, 0, 0, 0.4], [10, 80, 30, 0.5], [20, 160, 60, 0.6]], 0.6, 0.17)],
+    }
+    summary = compositional.summarise(results)
+    assert summary["flow_grpo_best"] == 0.7 and summary["gain90_target"] == 0.67
+    flow, ram, gdro = (summary["table"][m] for m in ("flow_grpo", "ram", "gdro"))
+    assert (flow["final"], flow["final_std"]) == (0.6, 0.1)
+    assert (flow["steps_to_flow_grpo_best"], flow["seconds_to_flow_grpo_best"]) == (55, 11)
+    assert flow["diversity_change"] == 0.03  # (0.04 + 0.02) / 2
+    assert flow["steps_per_iteration"] == 5.25  # 105 steps / 20 iterations
+    # RAM reaches 0.7 and 0.67 only at its last point: 160 steps / 55, 60 s / 11.
+    assert (ram["steps_to_flow_grpo_best"], ram["seconds_to_flow_grpo_best"]) == (160, 60)
+    assert ram["steps_to_flow_grpo_best_ratio"] == ram["steps_to_90pct_gain"] == 2.909
+    assert ram["seconds_to_flow_grpo_best_ratio"] == ram["seconds_to_90pct_gain"] == 5.455
+    # GDRO never gets there: null, not a number.
+    assert gdro["steps_to_flow_grpo_best"] is None and gdro["seconds_to_flow_grpo_best"] is None
+    assert gdro["steps_to_90pct_gain"] is None and gdro["diversity_change"] == -0.01

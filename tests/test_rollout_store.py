@@ -27,6 +27,15 @@ def group(prompt: str, seed: int, size: int = 3) -> GroupRecord:
     )
 
 
+def test_rewards_that_share_one_tensor_are_stored(tmp_path: Path) -> None:
+    """One score logged under two names (a view of one tensor) is stored as two copies."""
+    shared = torch.tensor([0.5, 1.0])
+    store = RolloutStore(tmp_path)
+    store.append([GroupRecord("x", torch.zeros(2, 3), {"a": shared, "b": shared[:]})])
+    back = RolloutStore(tmp_path).group(0)
+    assert back.rewards["a"].tolist() == back.rewards["b"].tolist() == [0.5, 1.0]
+
+
 def test_round_trip_append_and_reopen(tmp_path: Path) -> None:
     store = RolloutStore(tmp_path)
     written = [group("a cat", 1), group("a dog", 2)]

@@ -9,6 +9,7 @@ from genrl.config import TrainConfig
 from genrl.overrides import ConfigError
 from genrl.recipe_catalog import DEFAULT_RECIPE
 from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
+from genrl.recipes.compositional_methods import COMPOSITIONAL_METHOD_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
@@ -33,6 +34,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **QWEN_VL_RECIPES,
     **VIDEO_RECIPES,
     **COMPOSITIONAL_RECIPES,
+    **COMPOSITIONAL_METHOD_RECIPES,
     **VLM_RECIPES,
 }
 
