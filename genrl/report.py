@@ -43,11 +43,14 @@ class RunReport:
         writer: MetricsWriter | None = None,
         step: int = 0,
         title: str | None = None,
+        tag: str | None = None,
     ) -> None:
         """``<stem>.png`` (a grid) for images; ``<stem>.gif`` (the grid animated) and
         ``<stem>.png`` (a frame strip per prompt) for videos; ``<stem>.md`` (a table) for texts.
-        Pictures also go to TensorBoard through ``writer`` (GIFs play there). ``stem`` may name
-        a subfolder (``samples/iter_000010``)."""
+        Pictures also go to the trackers through ``writer`` (GIFs play there), the written
+        file itself under ``tag`` (default ``samples/<stem>``). ``stem`` may name a subfolder
+        (``samples/iter_000010``)."""
+        tag = tag or f"samples/{stem}"
         if not isinstance(result.outputs, torch.Tensor):
             save_text_samples(result, self.run_dir / f"{stem}.md", self.trainer.reward.name)
             return
@@ -59,22 +62,27 @@ class RunReport:
                 result.outputs, result.prompts, gif, png, num_prompts=num_prompts, title=title
             )
             if writer is not None:
-                writer.add_picture(f"samples/{stem}", gif, step)
+                writer.add_picture(tag, gif, step)
             return
         save_sample_grid(result.outputs, result.prompts, png, num_prompts=num_prompts, title=title)
         if writer is not None:
-            writer.add_picture(f"samples/{stem}", png, step)
+            writer.add_picture(tag, png, step)
 
-    def evaluation(self, result: EvalResult, iteration: int) -> None:
+    def evaluation(
+        self, result: EvalResult, iteration: int, writer: MetricsWriter | None = None
+    ) -> None:
         """Keep an evaluation's samples for report.html: ``samples/iter_<iteration>.png``
-        (``.gif`` too for videos) or, for texts, ``.json`` with the first prompts' outputs."""
+        (``.gif`` too for videos) or, for texts, ``.json`` with the first prompts' outputs.
+        The picture, once drawn, also goes to the trackers through ``writer`` under one tag,
+        ``samples/eval``, at step ``iteration``: a tracker's step slider then walks through
+        every evaluation of the run."""
         stem = f"{SAMPLES_DIR}/iter_{iteration:06d}"
         (self.run_dir / SAMPLES_DIR).mkdir(parents=True, exist_ok=True)
         if isinstance(result.outputs, torch.Tensor):
             title = (
                 f"iteration {iteration}: held-out {self.trainer.reward.name} {result.reward:.3f}"
             )
-            self.samples(result, stem, title=title)
+            self.samples(result, stem, writer, iteration, title=title, tag=EVAL_TAG)
             return
         rows = [
             {"prompt": p, "output": o, "prompt_reward": result.per_prompt[prompt_id(p)]}
@@ -90,7 +98,7 @@ class RunReport:
         t = self.trainer
         title = f"after {t.iteration} iterations: held-out {t.reward.name} {after.reward:.3f}"
         self.samples(after, "samples_after", writer, t.iteration, title=title)
-        self.evaluation(after, t.iteration)
+        self.evaluation(after, t.iteration, writer)
         titles = ("before", "after")  # each grid's own title gives its held-out reward
         for suffix in (".png", ".gif"):
             before, after_file = (
@@ -163,6 +171,7 @@ class RunReport:
 
 
 TEXT_ROWS = 12  # a text evaluation's rows kept for report.html
+EVAL_TAG = "samples/eval"  # the trackers' tag of every evaluation's grid, stepped by iteration
 MAX_CURVES = 12  # curves in report.html: the total reward and its first parts
 
 
