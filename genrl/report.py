@@ -13,6 +13,7 @@ import torch
 from genrl.curves import curve_labels, draw_curve, save_score_curves
 from genrl.evaluation import EvalResult
 from genrl.fileio import check_output_directory, naming_full_disk
+from genrl.heldout import run_protocol
 from genrl.html_report import SAMPLES_DIR, ReportInputs, write_report
 from genrl.metrics import MetricsWriter, read_metrics
 from genrl.plots import save_sample_grid, save_side_by_side, save_video_samples
@@ -121,6 +122,7 @@ class RunReport:
             "heldout_reward_after": after.reward,
             "heldout_reward_gain": after.reward - before["reward"],
             "heldout_samples": len(after.prompts),
+            "heldout_protocol": run_protocol(t),
             "heldout_scores_before": before["scores"],
             "heldout_scores_after": after.scores,
             "heldout_per_prompt_before": before["per_prompt"],
@@ -137,6 +139,7 @@ class RunReport:
         with naming_full_disk(self.run_dir / "report.html"):
             write_report(self.run_dir, inputs, rows)
         print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
+        print(summary["heldout_protocol"], flush=True)
         print(
             f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "
             f"({after.reward - before['reward']:+.3f}) on {len(after.prompts)} samples; "
