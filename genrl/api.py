@@ -173,7 +173,7 @@ def register_prompts(dataset: Any, role: str, column: str) -> str:
     ``hf:`` spec) as it is; a ``datasets.Dataset``, a list of strings or a list of row dicts
     registered as a prompt set of its own."""
     from genrl.prompt_datasets import from_dataset
-    from genrl.prompts import PromptSource, register_prompt_set
+    from genrl.prompts import NO_HELDOUT, PromptSource, register_prompt_set
 
     if isinstance(dataset, str | Path):
         return str(dataset)
@@ -182,7 +182,9 @@ def register_prompts(dataset: Any, role: str, column: str) -> str:
         rows = [{column: r} for r in rows]
     prompts = from_dataset(rows, role, column)
     name = f"api_{role}_{next(_counter)}"
-    register_prompt_set(name, lambda: PromptSource(train=list(prompts), eval=list(prompts)))
+    register_prompt_set(
+        name, lambda: PromptSource(list(prompts), list(prompts), heldout=NO_HELDOUT)
+    )
     return name
 
 

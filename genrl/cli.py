@@ -256,11 +256,14 @@ def _trainer_for(args: argparse.Namespace):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from genrl.heldout import run_protocol
+
     trainer = _trainer_for(args)
     result = trainer.evaluate()
     for prompt, value in result.per_prompt.items():
         print(f"{prompt:<32} {value:.3f}")
     print(f"held-out {trainer.reward.name}: {result.reward:.4f} ({len(result.prompts)} samples)")
+    print(run_protocol(trainer))
     return 0
 
 

@@ -124,7 +124,14 @@ def _summary_section(summary: dict[str, Any], reward_name: str) -> str:
         old = (summary.get("heldout_scores_before") or {}).get(name)
         shown = f"{old:.4f} &rarr; {value:.4f}" if old is not None else f"{value:.4f}"
         rows.append(f"<tr><th>held-out {html.escape(name)}</th><td>{shown}</td></tr>")
-    return _section("summary", "Summary", f"<table>{''.join(rows)}</table>")
+    return _section("summary", "Summary", f"<table>{''.join(rows)}</table>{_protocol(summary)}")
+
+
+def _protocol(summary: dict[str, Any]) -> str:
+    """The run's held-out protocol (``genrl/heldout.py``) as a paragraph; none in an older
+    summary without one."""
+    line = summary.get("heldout_protocol")
+    return f'<p class="protocol">{html.escape(line)}</p>' if line else ""
 
 
 def _curves_section(curves: list[tuple[str, bytes]]) -> str:
@@ -197,7 +204,7 @@ def _per_prompt_section(summary: dict[str, Any], reward_name: str) -> str:
         "<th>change</th></tr>"
     )
     body = f"<table>{head}{''.join(lines)}</table>" if lines else "<p>No held-out prompts.</p>"
-    return _section("per-prompt", "Per prompt (held-out mean)", body)
+    return _section("per-prompt", "Per prompt (held-out mean)", _protocol(summary) + body)
 
 
 def _config_section(config: dict[str, Any]) -> str:

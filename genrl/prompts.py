@@ -13,10 +13,15 @@ from genrl.prompt_datasets import PromptFileError, read_dataset, read_jsonl
 from genrl.rng import Streams, stream_generator
 from pipelines.base import Prompt, prompt_columns, prompt_id
 
+NO_HELDOUT = "evaluated on training prompts: no held-out set given"
+"""The ``heldout`` sentence of a source whose evaluation prompts are its training prompts."""
+
 
 @dataclass
 class PromptSource:
-    """Training and held-out prompts.
+    """Training and held-out prompts, and ``heldout``: one sentence saying how the held-out
+    prompts differ from the training ones (reports print it next to every held-out number,
+    since "held-out" means something else for each task).
 
     ``sample(n, seed, iteration)`` draws ``n`` training prompts for one iteration, without
     replacement while ``n`` does not exceed the number of prompts; it depends only on its
@@ -25,6 +30,7 @@ class PromptSource:
 
     train: list[str]
     eval: list[str]
+    heldout: str = ""
 
     def __post_init__(self) -> None:
         if not self.train:
@@ -49,15 +55,26 @@ class PromptSource:
 def _digits() -> PromptSource:
     from pipelines.toy.prompts import ALL_PROMPTS, TRAIN_PROMPTS
 
-    return PromptSource(train=list(TRAIN_PROMPTS), eval=list(ALL_PROMPTS))
+    return PromptSource(
+        train=list(TRAIN_PROMPTS),
+        eval=list(ALL_PROMPTS),
+        heldout="10 prompts, one per digit, in a wording no training prompt uses; the model "
+        "reads only the digit label, so what is held out for it are the noise seeds",
+    )
 
 
 def _video_digits() -> PromptSource:
     """ "a 3 moving left": every (digit, direction) pair in three templates for training, the
-    first template's 40 for evaluation."""
+    40 pairs in a fourth template for evaluation."""
     from pipelines.toy.video_prompts import VIDEO_EVAL_PROMPTS, VIDEO_TRAIN_PROMPTS
 
-    return PromptSource(train=list(VIDEO_TRAIN_PROMPTS), eval=list(VIDEO_EVAL_PROMPTS))
+    return PromptSource(
+        train=list(VIDEO_TRAIN_PROMPTS),
+        eval=list(VIDEO_EVAL_PROMPTS),
+        heldout="40 prompts, every (digit, direction) pair, in a wording no training prompt "
+        "uses; the model reads only the two labels, so what is held out for it are the noise "
+        "seeds",
+    )
 
 
 def _compositional() -> PromptSource:
@@ -66,7 +83,12 @@ def _compositional() -> PromptSource:
     combinations per category (25 prompts), none of which any training prompt names."""
     from reward_models.tasks.compositional import heldout_prompts, train_prompts
 
-    return PromptSource(train=train_prompts(), eval=heldout_prompts())
+    return PromptSource(
+        train=train_prompts(),
+        eval=heldout_prompts(),
+        heldout="25 prompts naming combinations (up to 8 per category) that no training "
+        "prompt names",
+    )
 
 
 def _t2i_simple() -> PromptSource:
@@ -76,6 +98,8 @@ def _t2i_simple() -> PromptSource:
     return PromptSource(
         train=read_prompt_file(folder / "t2i_simple_train.txt"),
         eval=read_prompt_file(folder / "t2i_simple_eval.txt"),
+        heldout="16 prompts split off the same 96 as the 80 training ones; none is a "
+        "training prompt",
     )
 
 
@@ -87,6 +111,8 @@ def _ocr_simple() -> PromptSource:
     return PromptSource(
         train=read_prompt_file(folder / "ocr_simple_train.txt"),
         eval=read_prompt_file(folder / "ocr_simple_eval.txt"),
+        heldout="20 prompts split off the same 120 as the 100 training ones; none is a "
+        "training prompt",
     )
 
 
@@ -97,6 +123,8 @@ def _t2v_simple() -> PromptSource:
     return PromptSource(
         train=read_prompt_file(folder / "t2v_simple_train.txt"),
         eval=read_prompt_file(folder / "t2v_simple_eval.txt"),
+        heldout="12 prompts split off the same 60 as the 48 training ones; none is a "
+        "training prompt",
     )
 
 
@@ -108,6 +136,8 @@ def _countdown() -> PromptSource:
     return PromptSource(
         train=[p.prompt for p in make_problems(1000, 0, "train")],
         eval=[p.prompt for p in make_problems(200, 0, "heldout")],
+        heldout="200 problems of the held-out split (a hash of the numbers and target "
+        "decides), none of them a training problem",
     )
 
 
@@ -118,6 +148,8 @@ def _countdown_chat() -> PromptSource:
     return PromptSource(
         train=[format_chat_prompt(p.numbers, p.target) for p in make_problems(1000, 0, "train")],
         eval=[format_chat_prompt(p.numbers, p.target) for p in make_problems(200, 0, "heldout")],
+        heldout="200 problems of the held-out split (a hash of the numbers and target "
+        "decides), none of them a training problem",
     )
 
 
@@ -129,6 +161,8 @@ def _sudoku() -> PromptSource:
     return PromptSource(
         train=[p.prompt for p in make_problems(1000, 0, "train")],
         eval=[p.prompt for p in make_problems(200, 0, "heldout")],
+        heldout="200 puzzles of the held-out split (a hash of the solution decides), none of "
+        "them a training puzzle",
     )
 
 
@@ -143,7 +177,11 @@ def _geometry3k() -> PromptSource:
             "`python scripts/geometry3k_jsonl.py geometry3k` (needs the network and the "
             "`datasets` package), or give prompts.dataset=FILE.jsonl"
         )
-    return PromptSource(train=read_prompt_records(train), eval=read_prompt_records(test))
+    return PromptSource(
+        train=read_prompt_records(train),
+        eval=read_prompt_records(test),
+        heldout="the 601 problems of Geometry3K's test split",
+    )
 
 
 def _shapes_vqa() -> PromptSource:
@@ -157,6 +195,8 @@ def _shapes_vqa() -> PromptSource:
     return PromptSource(
         train=[p.prompt(i) for i, p in enumerate(make_problems(4000, 0, "train"))],
         eval=[p.prompt(i) for i, p in enumerate(make_problems(1000, 0, "heldout"))],
+        heldout="1,000 problems of the held-out split (a hash of the scene and question "
+        "decides), none of them a training problem",
     )
 
 
@@ -235,10 +275,27 @@ def load_prompts(
                 f"({', '.join(PROMPT_SETS)}), an existing text, .jsonl, .csv or .parquet file, "
                 "a dataset folder, nor an hf:NAME Hugging Face dataset"
             )
-        source = PromptSource(train=prompts, eval=prompts)
+        source = PromptSource(train=prompts, eval=prompts, heldout=NO_HELDOUT)
     if eval_dataset is not None:
         source.eval = load_prompts(eval_dataset, column=column).train
+        source.heldout = describe_eval_set(source.train, source.eval, eval_dataset)
+    elif not source.heldout:  # a set registered without its sentence
+        source.heldout = describe_eval_set(source.train, source.eval, f"prompt set {dataset}")
     return source
+
+
+def describe_eval_set(train: list[str], eval: list[str], name: str) -> str:
+    """The ``heldout`` sentence of evaluation prompts that come from ``name``: how many, and
+    how many of them are training prompts too (same text and columns, ``prompt_key``)."""
+    from genrl.heldout import shared_prompts
+
+    if eval == train:
+        return NO_HELDOUT
+    shared = shared_prompts(train, eval)
+    if shared == len(eval):
+        return f"evaluated on training prompts: all {len(eval)} prompts of {name} are trained on"
+    overlap = "none of them" if shared == 0 else f"{shared} of them also"
+    return f"the {len(eval)} prompts of {name}, {overlap} a training prompt"
 
 
 def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
@@ -247,10 +304,12 @@ def register_prompt_set(name: str, factory: Callable[[], PromptSource]) -> None:
 
 
 __all__ = [
+    "NO_HELDOUT",
     "PROMPT_SETS",
     "Prompt",
     "PromptFileError",
     "PromptSource",
+    "describe_eval_set",
     "load_prompts",
     "prompt_id",
     "read_prompt_records",

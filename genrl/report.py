@@ -13,6 +13,7 @@ import torch
 from genrl.curves import curve_labels, draw_curve, save_score_curves
 from genrl.evaluation import EvalResult
 from genrl.fileio import check_output_directory, naming_full_disk
+from genrl.heldout import run_protocol
 from genrl.html_report import SAMPLES_DIR, ReportInputs, write_report
 from genrl.metrics import MetricsWriter, read_metrics
 from genrl.plots import save_sample_grid, save_side_by_side, save_video_samples
@@ -43,11 +44,14 @@ class RunReport:
         writer: MetricsWriter | None = None,
         step: int = 0,
         title: str | None = None,
+        tag: str | None = None,
     ) -> None:
         """``<stem>.png`` (a grid) for images; ``<stem>.gif`` (the grid animated) and
         ``<stem>.png`` (a frame strip per prompt) for videos; ``<stem>.md`` (a table) for texts.
-        Pictures also go to TensorBoard through ``writer`` (GIFs play there). ``stem`` may name
-        a subfolder (``samples/iter_000010``)."""
+        Pictures also go to the trackers through ``writer`` (GIFs play there), the written
+        file itself under ``tag`` (default ``samples/<stem>``). ``stem`` may name a subfolder
+        (``samples/iter_000010``)."""
+        tag = tag or f"samples/{stem}"
         if not isinstance(result.outputs, torch.Tensor):
             save_text_samples(result, self.run_dir / f"{stem}.md", self.trainer.reward.name)
             return
@@ -59,22 +63,27 @@ class RunReport:
                 result.outputs, result.prompts, gif, png, num_prompts=num_prompts, title=title
             )
             if writer is not None:
-                writer.add_picture(f"samples/{stem}", gif, step)
+                writer.add_picture(tag, gif, step)
             return
         save_sample_grid(result.outputs, result.prompts, png, num_prompts=num_prompts, title=title)
         if writer is not None:
-            writer.add_picture(f"samples/{stem}", png, step)
+            writer.add_picture(tag, png, step)
 
-    def evaluation(self, result: EvalResult, iteration: int) -> None:
+    def evaluation(
+        self, result: EvalResult, iteration: int, writer: MetricsWriter | None = None
+    ) -> None:
         """Keep an evaluation's samples for report.html: ``samples/iter_<iteration>.png``
-        (``.gif`` too for videos) or, for texts, ``.json`` with the first prompts' outputs."""
+        (``.gif`` too for videos) or, for texts, ``.json`` with the first prompts' outputs.
+        The picture, once drawn, also goes to the trackers through ``writer`` under one tag,
+        ``samples/eval``, at step ``iteration``: a tracker's step slider then walks through
+        every evaluation of the run."""
         stem = f"{SAMPLES_DIR}/iter_{iteration:06d}"
         (self.run_dir / SAMPLES_DIR).mkdir(parents=True, exist_ok=True)
         if isinstance(result.outputs, torch.Tensor):
             title = (
                 f"iteration {iteration}: held-out {self.trainer.reward.name} {result.reward:.3f}"
             )
-            self.samples(result, stem, title=title)
+            self.samples(result, stem, writer, iteration, title=title, tag=EVAL_TAG)
             return
         rows = [
             {"prompt": p, "output": o, "prompt_reward": result.per_prompt[prompt_id(p)]}
@@ -90,7 +99,7 @@ class RunReport:
         t = self.trainer
         title = f"after {t.iteration} iterations: held-out {t.reward.name} {after.reward:.3f}"
         self.samples(after, "samples_after", writer, t.iteration, title=title)
-        self.evaluation(after, t.iteration)
+        self.evaluation(after, t.iteration, writer)
         titles = ("before", "after")  # each grid's own title gives its held-out reward
         for suffix in (".png", ".gif"):
             before, after_file = (
@@ -113,6 +122,7 @@ class RunReport:
             "heldout_reward_after": after.reward,
             "heldout_reward_gain": after.reward - before["reward"],
             "heldout_samples": len(after.prompts),
+            "heldout_protocol": run_protocol(t),
             "heldout_scores_before": before["scores"],
             "heldout_scores_after": after.scores,
             "heldout_per_prompt_before": before["per_prompt"],
@@ -129,6 +139,7 @@ class RunReport:
         with naming_full_disk(self.run_dir / "report.html"):
             write_report(self.run_dir, inputs, rows)
         print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
+        print(summary["heldout_protocol"], flush=True)
         print(
             f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "
             f"({after.reward - before['reward']:+.3f}) on {len(after.prompts)} samples; "
@@ -163,6 +174,7 @@ class RunReport:
 
 
 TEXT_ROWS = 12  # a text evaluation's rows kept for report.html
+EVAL_TAG = "samples/eval"  # the trackers' tag of every evaluation's grid, stepped by iteration
 MAX_CURVES = 12  # curves in report.html: the total reward and its first parts
 
 

@@ -339,7 +339,7 @@ class Trainer:
             if report is not None and writer is not None:
                 title = f"before training: held-out {self.reward.name} {before.reward:.3f}"
                 report.samples(before, "samples_before", writer, title=title)
-                report.evaluation(before, self.iteration)
+                report.evaluation(before, self.iteration, writer)
                 writer.write(0, _eval_metrics(before))
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
@@ -355,8 +355,8 @@ class Trainer:
                     if every and self.iteration % every == 0 and self.iteration < end:
                         result = self.evaluate()
                         metrics.update(_eval_metrics(result))
-                        if report is not None:  # its samples, for report.html
-                            report.evaluation(result, self.iteration)
+                        if report is not None:  # its samples: report.html and the trackers
+                            report.evaluation(result, self.iteration, writer)
                     if writer is not None:
                         writer.write(self.iteration, metrics)
                     if bar is not None:

@@ -188,3 +188,5 @@ def test_lists_serve_as_datasets_and_weights_may_come_in_args() -> None:
     assert [str(p) for p in source.train] == ["Use 1 2 3 to make 6:"]
     assert prompt_columns(source.train[0]) == {"target": 6, "numbers": [1, 2, 3]}
     assert [str(p) for p in source.eval] == ["Use 4 5 6 to make 26:", "Use 1 1 1 to make 3:"]
+    name = config.prompts.eval_dataset
+    assert source.heldout == f"the 2 prompts of {name}, none of them a training prompt"

@@ -95,3 +95,42 @@ def test_list_shows_every_registry(capsys: pytest.CaptureFixture[str]) -> None:
         listing
     )
     assert "toy_digits Class-conditional 8x8 digit generator" in listing
+
+
+DIGITS_PROTOCOL = (
+    "held-out prompts: 10 prompts, one per digit, in a wording no training prompt uses; the "
+    "model reads only the digit label, so what is held out for it are the noise seeds; seed "
+    "protocol: 10 prompts x 2 samples per prompt, eval seed 7, the deterministic ODE sampler, "
+    "4 steps, from seeded noise"
+)
+
+
+def test_summary_and_closing_table_state_the_heldout_protocol(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    run = tmp_path / "run"
+    args = ["train", *_sets(tmp_path, "train.iterations=1", "eval.seed=7"), "--output-dir"]
+    assert main([*args, str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["heldout_protocol"] == DIGITS_PROTOCOL
+    printed = capsys.readouterr().out.splitlines()
+    table_end = next(i for i, line in enumerate(printed) if line.startswith("mean "))
+    assert printed[table_end + 1] == DIGITS_PROTOCOL  # right under the before/after table
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert page.count(f'<p class="protocol">{DIGITS_PROTOCOL}</p>') == 2  # summary, per prompt
+
+
+def test_a_prompt_file_says_it_has_no_heldout_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "mine.txt"
+    prompts.write_text("a handwritten digit three\nthe number 7\n")
+    sets = _sets(tmp_path, f"prompts.dataset={prompts}", "eval.samples_per_prompt=1")
+    assert main(["eval", *sets]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "held-out prompts: evaluated on training prompts: no held-out set given; seed protocol: "
+        "2 prompts x 1 sample per prompt, eval seed 1234, the deterministic ODE sampler, "
+        "4 steps, from seeded noise"
+    )

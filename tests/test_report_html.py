@@ -77,6 +77,7 @@ def test_text_evaluations_become_tables(tmp_path: Path) -> None:
         "heldout_reward_after": 0.75,
         "heldout_per_prompt_before": {"3 4 -> 7?": 0.25},
         "heldout_per_prompt_after": {"3 4 -> 7?": 0.75},
+        "heldout_protocol": "held-out prompts: 1 problem <of the split>; seed protocol: ...",
     }
     inputs = ReportInputs("r: grpo", summary, {"seed": 0}, [], "countdown")
     metrics = [{"iteration": 0, "eval/reward": 0.25}]
@@ -84,6 +85,8 @@ def test_text_evaluations_become_tables(tmp_path: Path) -> None:
     assert "<td>3 4 -&gt; 7?</td><td>3+4 &lt;end&gt;</td>" in page  # escaped, whole
     assert "iteration 0: held-out reward 0.2500" in page
     assert "0.2500 &rarr; 0.7500" in page and "+0.5000" in page
+    protocol = '<p class="protocol">held-out prompts: 1 problem &lt;of the split&gt;; seed'
+    assert page.count(protocol) == 2  # under the summary and above the per-prompt table
     assert "<td class='num'>0.250</td><td class='num'>0.750</td><td class='num'>+0.500</td>" in page
 
 

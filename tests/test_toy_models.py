@@ -27,6 +27,7 @@ from pipelines.toy import (
     save_model,
     to_pixels,
 )
+from pipelines.toy.prompts import TRAIN_PROMPTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +206,9 @@ def test_build_script_check_passes() -> None:
 
 
 def test_prompts_roundtrip() -> None:
-    assert len(ALL_PROMPTS) == 10 and ALL_PROMPTS[7] == "a handwritten digit seven"
+    # The held-out wording (template 3) is one no training prompt uses.
+    assert len(ALL_PROMPTS) == 10 and ALL_PROMPTS[7] == "an 8x8 picture of the digit 7"
+    assert not set(ALL_PROMPTS) & set(TRAIN_PROMPTS) and len(set(TRAIN_PROMPTS)) == 30
     assert len(DIGIT_WORDS) == 10
     for template in range(len(TEMPLATES)):
         for digit in range(10):

@@ -106,6 +106,25 @@ def tensorboard_tags(run_dir: Path) -> tuple[set[str], set[str]]:
     return set(events.Tags()["scalars"]), set(events.Tags()["images"])
 
 
+def tensorboard_images(run_dir: Path, tag: str) -> list[tuple[int, bytes]]:
+    """(step, encoded picture) of every image TensorBoard holds under ``tag``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    return [(e.step, e.encoded_image_string) for e in events.Images(tag)]
+
+
+def trackio_steps(database: Path, run: str, key: str) -> list[int]:
+    """The steps of a Trackio run's rows that hold ``key``."""
+    connection = sqlite3.connect(database)
+    rows = connection.execute(
+        "SELECT step, metrics FROM metrics WHERE run_name = ? ORDER BY step", [run]
+    ).fetchall()
+    connection.close()
+    return [step for step, blob in rows if key in json.loads(blob)]
+
+
 @pytest.mark.slow  # the held-out evaluation scores 200 Countdown problems twice
 def test_token_run_logs_trl_names_and_keeps_metrics_jsonl(tmp_path: Path) -> None:
     torch.set_num_threads(1)
@@ -135,20 +154,36 @@ def test_each_tracker_writes_metrics_and_images_offline(
     torch.set_num_threads(1)
     run_dir = tmp_path / "run"
     config = get_recipe("digits_flow_grpo").apply_overrides(
-        [*TINY, "logging.report_to=tensorboard,wandb,trackio", "logging.project=genrl-test"]
+        [
+            *TINY,
+            "train.iterations=3",
+            "eval.every=1",  # evaluations at 0 (before), 1, 2 and 3 (after)
+            "logging.report_to=tensorboard,wandb,trackio",
+            "logging.project=genrl-test",
+        ]
     )
     Trainer(config, run_dir=run_dir).train()
 
     scalars, images = tensorboard_tags(run_dir)
     assert {"reward", "reward_std", "frac_reward_zero_std", "learning_rate"} <= scalars
-    assert {"samples/samples_before", "samples/samples_after"} <= images
+    assert {"samples/samples_before", "samples/samples_after", "samples/eval"} <= images
+    # Every evaluation's grid, at its iteration: the very bytes of samples/iter_*.png.
+    events = tensorboard_images(run_dir, "samples/eval")
+    assert [step for step, _ in events] == [0, 1, 2, 3]
+    middle = (run_dir / "samples/iter_000002.png").read_bytes()
+    assert events[2][1] == middle and events[1][1] != middle
 
     (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
     record = next(wandb_run.glob("run-*.wandb")).read_bytes()
     for name in (b"reward", b"reward_std", b"rewards/digit_classifier/mean", b"learning_rate"):
         assert name in record
     assert b"samples/samples_after" in record and b"image-file" in record
-    assert list((wandb_run / "files/media/images").rglob("*.png"))
+    assert b"samples/eval" in record
+    # wandb copies each logged picture: the four grids of samples/iter_*.png, byte for byte.
+    media = (wandb_run / "files/media/images/samples").glob("eval_*.png")
+    grids = sorted((run_dir / "samples").glob("iter_*.png"))
+    assert len(grids) == 4
+    assert sorted(p.read_bytes() for p in media) == sorted(p.read_bytes() for p in grids)
 
     from trackio import utils
 
@@ -166,6 +201,8 @@ def test_each_tracker_writes_metrics_and_images_offline(
     pictures = [row["samples/samples_after"] for row in logged if "samples/samples_after" in row]
     assert pictures and pictures[0]["_type"] == "trackio.image"
     assert (directory / "media" / pictures[0]["file_path"]).is_file()
+    steps = trackio_steps(directory / "genrl-test.db", "run", "samples/eval")
+    assert steps == [0, 1, 2, 3]
     assert all(math.isfinite(row["reward"]) for row in logged if "reward" in row)
 
 

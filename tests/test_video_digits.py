@@ -79,6 +79,9 @@ def test_prompts_parse_back() -> None:
     assert parse_video_prompt("the digit seven moving Down") == (7, 3)
     assert video_prompt_for(9, 2, template=2) == "a handwritten nine sliding up"
     assert len(VIDEO_EVAL_PROMPTS) == 40 and len(set(VIDEO_TRAIN_PROMPTS)) == 120
+    # The held-out wording is a fourth template, which no training prompt uses.
+    assert VIDEO_EVAL_PROMPTS[13] == "the number three heading right"
+    assert not set(VIDEO_EVAL_PROMPTS) & set(VIDEO_TRAIN_PROMPTS)
     assert {parse_video_prompt(p) for p in VIDEO_EVAL_PROMPTS} == {
         (d, k) for d in range(10) for k in range(4)
     }

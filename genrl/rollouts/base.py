@@ -108,6 +108,11 @@ class Rollout(abc.ABC, Generic[P, B]):
         """How held-out outputs are made: deterministic (or fixed-seed) samples of chunks of the
         held-out layout, where sample ``i`` belongs to ``prompts[i % len(prompts)]``."""
 
+    def evaluation_sampling(self) -> str:
+        """How ``evaluation_outputs`` samples, in a few words for the run's held-out protocol
+        (``genrl/heldout.py``): e.g. "a deterministic ODE sampler, 10 steps"."""
+        return f"{type(self).__name__}'s held-out sampler"
+
     def from_stored(
         self, policy: P, prompts: list[str], group_ids: torch.Tensor, samples: torch.Tensor
     ) -> B:

@@ -168,6 +168,11 @@ class FlowRollout(Rollout[FlowPolicy, FB]):
             policy, prompts, samples_per_prompt, seed, s.eval_num_steps, s.shift, s.guidance_scale
         )
 
+    def evaluation_sampling(self) -> str:
+        s = self.train_config.sampler
+        cfg = "" if s.guidance_scale == 1 else f", guidance {s.guidance_scale:g}"
+        return f"the deterministic ODE sampler, {s.eval_num_steps} steps{cfg}, from seeded noise"
+
 
 __all__ = [
     "FlowRollout",

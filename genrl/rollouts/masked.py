@@ -18,7 +18,7 @@ from genrl.protocols import MaskedTokenPolicy
 from genrl.rng import RolloutNoise, Streams
 from genrl.rollout import MaskedSamples
 from genrl.rollouts.base import OutputFn, Rollout
-from genrl.rollouts.tokens import EVAL_SEED_STRIDE, TokenGenerationConfig
+from genrl.rollouts.tokens import EVAL_SEED_STRIDE, TokenGenerationConfig, temperature_words
 from samplers.masked import MaskedDiffusionSampler
 
 
@@ -106,6 +106,14 @@ class UnmaskingRollout(Rollout[MaskedTokenPolicy, MaskedSamples]):
             return policy.decode(out.tokens, valid)
 
         return outputs
+
+    def evaluation_sampling(self) -> str:
+        g = self.train_config.generation
+        blocks = "" if g.block_length is None else f" in blocks of {g.block_length}"
+        return (
+            f"{g.remasking} unmasking of {self.length} tokens in {self.steps} steps{blocks}, "
+            + temperature_words(g.eval_temperature)
+        )
 
 
 def up_to_end(tokens: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:

@@ -156,5 +156,15 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
 
         return outputs
 
+    def evaluation_sampling(self) -> str:
+        return temperature_words(self.train_config.generation.eval_temperature)
+
+
+def temperature_words(temperature: float) -> str:
+    """ "greedy decoding" or "sampling at temperature T (seeded)": held-out token sampling."""
+    if temperature == 0:
+        return "greedy decoding (the seed does not enter)"
+    return f"sampling at temperature {temperature:g}, seeded by position"
+
 
 __all__ = ["EVAL_SEED_STRIDE", "AutoregressiveRollout", "GenerationConfig", "TokenGenerationConfig"]

@@ -72,8 +72,17 @@ def parse_prompt(prompt: str) -> int:
     return found.pop()
 
 
-ALL_PROMPTS: list[str] = [prompt_for(label) for label in range(10)]
-"""The held-out prompts of the digits task: one per digit, the first template."""
+TRAIN_TEMPLATES: tuple[int, ...] = (0, 1, 2)
+"""The templates training uses."""
+HELDOUT_TEMPLATE = 3
+"""The template of the held-out prompts, a wording no training prompt uses. The embedded
+generator and classifier read only the digit label, so for them the wording changes nothing:
+what is held out for the model are the evaluation's noise seeds."""
 
-TRAIN_PROMPTS: list[str] = [prompt_for(d, t) for t in range(3) for d in range(len(DIGIT_WORDS))]
-"""The training prompts of the digits task: every digit in the first three templates."""
+ALL_PROMPTS: list[str] = [prompt_for(label, HELDOUT_TEMPLATE) for label in range(10)]
+"""The held-out prompts of the digits task: one per digit, in the held-out template."""
+
+TRAIN_PROMPTS: list[str] = [
+    prompt_for(d, t) for t in TRAIN_TEMPLATES for d in range(len(DIGIT_WORDS))
+]
+"""The training prompts of the digits task: every digit in the training templates."""

@@ -16,7 +16,13 @@ VIDEO_TEMPLATES: tuple[str, ...] = (
     "a {d} moving {direction}",
     "the digit {word} moving {direction}",
     "a handwritten {word} sliding {direction}",
+    "the number {word} heading {direction}",
 )
+VIDEO_TRAIN_TEMPLATES: tuple[int, ...] = (0, 1, 2)
+"""The templates training uses."""
+VIDEO_HELDOUT_TEMPLATE = 3
+"""The template of the held-out prompts, a wording no training prompt uses (the embedded model
+reads only the two labels, so for it the held-out part is the evaluation's noise seeds)."""
 
 _DIRECTION = re.compile(r"\b(" + "|".join(DIRECTIONS) + r")\b", re.IGNORECASE)
 
@@ -49,15 +55,17 @@ def parse_video_prompt(prompt: str) -> tuple[int, int]:
 
 
 VIDEO_EVAL_PROMPTS: list[str] = [
-    video_prompt_for(d, k) for k in range(len(DIRECTIONS)) for d in range(len(DIGIT_WORDS))
-]
-"""Held-out prompts: every (digit, direction) pair in the first template (40 prompts)."""
-
-VIDEO_TRAIN_PROMPTS: list[str] = [
-    video_prompt_for(d, k, t)
-    for t in range(len(VIDEO_TEMPLATES))
+    video_prompt_for(d, k, VIDEO_HELDOUT_TEMPLATE)
     for k in range(len(DIRECTIONS))
     for d in range(len(DIGIT_WORDS))
 ]
-"""Training prompts: every (digit, direction) pair in every template (120 prompts). Held-out
-evaluation differs from training by its fixed noise seeds, as in the image task."""
+"""Held-out prompts: every (digit, direction) pair in the held-out template (40 prompts, in the
+order of the labels the embedded assets' manifest was measured on)."""
+
+VIDEO_TRAIN_PROMPTS: list[str] = [
+    video_prompt_for(d, k, t)
+    for t in VIDEO_TRAIN_TEMPLATES
+    for k in range(len(DIRECTIONS))
+    for d in range(len(DIGIT_WORDS))
+]
+"""Training prompts: every (digit, direction) pair in the training templates (120 prompts)."""
