@@ -106,7 +106,11 @@ class ShapesVQAReward(RewardModel):
     """``shapes_vqa``: 1 when the first word of the completion's first line (lower-cased,
     without surrounding punctuation) is the prompt's ``answer`` column, 0.1 when it is another
     answer the task can give (a digit, colour, shape, yes or no), 0 otherwise
-    (``reward_models.tasks.shapes``); also logs ``accuracy`` (0/1)."""
+    (``reward_models.tasks.shapes``); also logs ``accuracy`` (0/1) and, where prompts carry
+    the ``kind`` column, ``accuracy/<kind>`` (NaN on the other kinds' samples, so that its
+    mean is that kind's accuracy) and ``exists/says_yes`` (1 for a "yes" to an ``exists``
+    question): a policy that answers every existence question alike shows there, since its
+    accuracy on them is then the held-out set's share of that answer, not what it sees."""
 
     name = "shapes_vqa"
     accepts = ("texts",)
@@ -115,7 +119,7 @@ class ShapesVQAReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from reward_models.tasks.shapes import CORRECT_REWARD, shapes_reward
+        from reward_models.tasks.shapes import CORRECT_REWARD, normalise, shapes_reward
 
         if isinstance(outputs, torch.Tensor):
             raise ValueError(f"{self.name}: expected completion texts, got a tensor")
@@ -125,4 +129,18 @@ class ShapesVQAReward(RewardModel):
             )
         del prompts
         values = torch.tensor(shapes_reward(outputs, [str(m["answer"]) for m in metadata]))
-        return RewardOutput({self.name: values, "accuracy": (values == CORRECT_REWARD).float()})
+        correct = (values == CORRECT_REWARD).float()
+        scores = {self.name: values, "accuracy": correct}
+        applicable = {}
+        kinds = [m.get("kind") for m in metadata]
+        nan = torch.full_like(correct, float("nan"))
+        for kind in dict.fromkeys(k for k in kinds if k is not None):
+            mask = torch.tensor([k == kind for k in kinds])
+            scores[f"accuracy/{kind}"] = torch.where(mask, correct, nan)
+            applicable[f"accuracy/{kind}"] = mask
+        if "exists" in kinds:
+            mask = torch.tensor([k == "exists" for k in kinds])
+            yes = torch.tensor([normalise(o) == "yes" for o in outputs]).float()
+            scores["exists/says_yes"] = torch.where(mask, yes, nan)
+            applicable["exists/says_yes"] = mask
+        return RewardOutput(scores, applicable)

@@ -228,8 +228,10 @@ def test_a_failing_reward_stops_sampling_at_the_next_chunk(
     monkeypatch.setattr(trainer.rollout, "_advance", advance)
     with pytest.raises(RewardError, match="reward model 'scripted' raised: OSError"):
         trainer.collector.collect(0)
-    # Chunk 0 failed while chunk 1 sampled; the error surfaced before chunk 2.
-    assert len(sampled) == 2
+    # Chunk 0 failed before chunk 1 started or while it sampled (both are allowed: the main
+    # thread looks for errors before each chunk); either way the error surfaced before chunk 2,
+    # of the batch's four chunks.
+    assert 1 <= len(sampled) <= 2
     assert not reward_threads()
 
 

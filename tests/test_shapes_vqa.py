@@ -93,6 +93,25 @@ def test_reward_by_hand() -> None:
         reward.score(["3"], ["q"], None)
 
 
+def test_reward_logs_accuracy_per_kind() -> None:
+    """By hand: two exists questions (one right "no", one wrong "yes"), a count right, a count
+    wrong; per-kind means over their own samples, NaN and not applicable elsewhere."""
+    reward = build_reward("shapes_vqa")
+    completions, answers = ["no", "yes", "3", "2"], ["no", "no", "3", "1"]
+    kinds = ["exists", "exists", "count", "count_colour"]
+    metadata = [{"answer": a, "kind": k} for a, k in zip(answers, kinds, strict=True)]
+    out = reward.score(completions, ["q"] * 4, metadata)
+    exists = out.scores["accuracy/exists"]
+    assert exists[:2].tolist() == [1.0, 0.0] and exists[2:].isnan().all()
+    assert float(exists.nanmean()) == 0.5
+    assert out.scores["accuracy/count"][2] == 1.0 and out.scores["accuracy/count"][:2].isnan().all()
+    assert out.scores["accuracy/count_colour"][3] == 0.0
+    says_yes = out.scores["exists/says_yes"]
+    assert says_yes[:2].tolist() == [0.0, 1.0] and says_yes[2:].isnan().all()
+    assert out.applicable["accuracy/exists"].tolist() == [True, True, False, False]
+    assert out.applicable["exists/says_yes"].tolist() == [True, True, False, False]
+
+
 def test_prompt_set_carries_pictures_and_answers() -> None:
     source = load_prompts("shapes_vqa")
     assert len(source.train) == 4000 and len(source.eval) == 1000
