@@ -68,7 +68,9 @@ class SleepyBrightness(RewardModel):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
-    parser.add_argument("--prompts", type=int, default=4, help="groups per iteration")
+    # 8 groups of 4 in chunks of 2: 16 chunks, so at most 15/16 of the reward time can hide (with
+    # 8 chunks the bound, 0.875, sat too close to the 0.8 target to tell the two apart).
+    parser.add_argument("--prompts", type=int, default=8, help="groups per iteration")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--chunk", type=int, default=2, help="train.rollout_batch_size")
     parser.add_argument("--steps", type=int, default=6, help="sampler.num_steps")
