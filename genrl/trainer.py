@@ -32,8 +32,9 @@ from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
 from genrl.metrics import console_line
 from genrl.optimization import Updater
+from genrl.resume_layout import layout_notice, restore_weights
 from genrl.run import build_run
-from genrl.sharding import gathered, is_sharded, load_shards, save_shards
+from genrl.sharding import gathered, is_sharded, save_shards
 from genrl.trackers import open_writer
 
 
@@ -206,6 +207,8 @@ class Trainer:
             "reward": self.reward.state_dict(),
             "eval_history": self.eval_history,
             "wall_seconds": self.wall_seconds_before,
+            # A resume on another count says so (genrl/resume_layout.py).
+            "num_processes": self.accelerator.num_processes,
         }
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
@@ -258,17 +261,11 @@ class Trainer:
         against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
         just did)."""
         data = ckpt.load_checkpoint(path, verified=verified)
-        sharded = is_sharded(self.policy.network)
-        if sharded != ("sharded" in data):
-            raise ckpt.CheckpointError(
-                f"{path} was written by a {'sharded (FSDP)' if 'sharded' in data else 'DDP'} "
-                f"run and cannot resume a {'sharded' if sharded else 'DDP'} one"
-            )
-        if sharded:
-            load_shards(self.policy.network, self.optimizer, path)
-        else:
-            self.policy.load_trainable_state_dict(data["trainable"])
-            self.optimizer.load_state_dict(data["optimizer"])
+        # Another process count or sharded -> whole where DCP reshards (genrl/resume_layout.py).
+        restore_weights(self.policy, self.optimizer, data, path)
+        notice = layout_notice(data["state"], self.accelerator.num_processes, "sharded" in data)
+        if notice and self.is_main:
+            print(notice, flush=True)
         if self.ema is not None:
             if "ema" not in data:
                 raise ckpt.CheckpointError(f"{path} has no EMA weights but optim.ema_decay is set")

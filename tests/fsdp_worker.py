@@ -68,6 +68,16 @@ def resume(out: Path, model: str, lora: int, rank: int) -> None:
     ).policy.trainable_state_dict()
     split = Trainer(config(out, model, lora), run_dir=out / "split")
     split.train(stop_after=1)
+    # What the sharded checkpoint of iteration 1 holds, whole: a 1-process run loads it into
+    # unsharded tensors (test_fsdp.py) and must find exactly these.
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    result["after_one"] = split.policy.trainable_state_dict()
+    whole_options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    optim = get_optimizer_state_dict(
+        split.policy.network, split.optimizer.optimizer, options=whole_options
+    )
+    result["after_one_optim"] = optim.get("state", {})  # the main process only
     resumed = Trainer(config(out, model, lora), run_dir=out / "split", resume_from=out / "split")
     resumed.train()
     result["resumed"] = resumed.policy.trainable_state_dict()

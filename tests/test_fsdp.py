@@ -6,6 +6,7 @@ applies torch's ``fully_shard`` itself). Each launch runs both modes in one proc
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,11 +80,15 @@ def test_fsdp2_matches_ddp(tmp_path: Path, model: str, lora: int) -> None:
 
 
 @pytest.mark.slow
-def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Full fine-tuning of the tiny SD3 under FSDP2: one iteration, a sharded checkpoint (each
     process writes its shard), a fresh Trainer resuming it for the second iteration ends at
-    exactly the weights and losses of two uninterrupted iterations."""
+    exactly the weights and losses of two uninterrupted iterations. The same checkpoint also
+    resumes in this one unsharded process (``one_process_resumes_shards``)."""
     ranks = launch(tmp_path, "sd3", 0, "resume")
+    one_process_resumes_shards(tmp_path, ranks[0], capsys)
     for result in ranks:
         assert result["shards"] == ["__0_0.distcp", "__1_0.distcp"]
         assert result["split_losses"] == result["whole_losses"]
@@ -93,3 +98,47 @@ def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path: Path)
         assert moved > 1e-4
         for name, value in result["whole"].items():
             torch.testing.assert_close(result["resumed"][name], value, rtol=0, atol=0)
+
+
+def one_process_resumes_shards(
+    out: Path, written: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 2-process sharded checkpoint of iteration 1 loads into one unsharded process (torch
+    distributed checkpointing reshards into whole tensors): exactly the weights and AdamW
+    moments the FSDP2 run held, a one-line notice of the process count, and the continued
+    iteration samples and scores exactly what the uninterrupted FSDP2 run did (same weights,
+    same named random streams); only the update after it may differ (other minibatches)."""
+    from fsdp_worker import config
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    from genrl.metrics import read_metrics
+    from genrl.trainer import Trainer
+
+    shutil.copytree(out / "split", out / "single")
+    first = out / "single" / "checkpoints" / "iter_000001"
+    trainer = Trainer(config(out, "sd3", 0), run_dir=out / "single", resume_from=first)
+    assert not trainer.policy.sharded
+    trainer.load_checkpoint(first)
+    assert "written by 2 processes on 1" in capsys.readouterr().out
+    for name, value in written["after_one"].items():
+        torch.testing.assert_close(
+            trainer.policy.trainable_state_dict()[name], value, rtol=0, atol=0
+        )
+    moments = get_optimizer_state_dict(trainer.policy.network, trainer.optimizer.optimizer)
+    assert (
+        written["after_one_optim"] and moments["state"].keys() == written["after_one_optim"].keys()
+    )
+    for name, saved in written["after_one_optim"].items():
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(moments["state"][name][key], saved[key], rtol=0, atol=0)
+    assert trainer.iteration == 1
+    trainer.train()
+    resumed = read_metrics(out / "single" / "metrics.jsonl")
+    uninterrupted = read_metrics(out / "whole" / "metrics.jsonl")
+    # The last iteration-2 training row is this process's (copied rows come first).
+    row = [r for r in resumed if r.get("iteration") == 2 and "loss/total" in r][-1]
+    reference = [r for r in uninterrupted if r.get("iteration") == 2 and "loss/total" in r][-1]
+    rewards = [k for k in reference if k.endswith("/mean") and k in row]
+    assert rewards, sorted(reference)
+    for key in rewards:
+        assert row[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
