@@ -55,8 +55,9 @@ def layout_notice(
     if saved is None or int(saved) == num_processes:
         return None
     kind = "sharded (FSDP2) " if sharded_checkpoint else ""
+    plural = "process" if int(saved) == 1 else "processes"
     return (
-        f"genrl: resuming a {kind}checkpoint written by {int(saved)} processes on "
+        f"genrl: resuming a {kind}checkpoint written by {int(saved)} {plural} on "
         f"{num_processes}: weights, optimizer, counters and random streams are restored; "
         "minibatches differ from an uninterrupted run's, so later updates do too"
     )

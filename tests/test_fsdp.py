@@ -135,7 +135,7 @@ def one_process_resumes_shards(
     trainer.train()
     resumed = read_metrics(out / "single" / "metrics.jsonl")
     uninterrupted = read_metrics(out / "whole" / "metrics.jsonl")
-    # The last iteration-2 training row is this process's (copied rows come first).
+    # Iteration 2's training row (a resume drops the rows logged after its checkpoint).
     row = [r for r in resumed if r.get("iteration") == 2 and "loss/total" in r][-1]
     reference = [r for r in uninterrupted if r.get("iteration") == 2 and "loss/total" in r][-1]
     rewards = [k for k in reference if k.endswith("/mean") and k in row]
