@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from genrl.advantages import zero_std_fraction
 from genrl.allocation import DynamicSamplingError
 from genrl.collection import BatchCollector, CollectedBatch
 from genrl.config import TrainConfig
+from genrl.deepspeed_support import refuse_checkpoint, zero3_gathered
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
@@ -186,6 +188,13 @@ class Trainer:
         weights) on the main process; the EMA weights when the run keeps an EMA, since those
         are what the held-out evaluation scores."""
         path = None
+        with zero3_gathered(self.policy.network, self.accelerator):  # a collective under ZeRO-3
+            path = self._export(directory)
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def _export(self, directory: Path) -> Path | None:
+        path = None
         if is_sharded(self.policy.network):
             # Every process gathers the full weights (a collective); the main one writes them.
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
@@ -196,7 +205,6 @@ class Trainer:
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
             with context:
                 path = self.policy.export(directory)
-        self.accelerator.wait_for_everyone()
         return path
 
     def state(self) -> dict[str, Any]:
@@ -213,6 +221,11 @@ class Trainer:
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
         self.wall_seconds_before = wall_seconds
+        refused = refuse_checkpoint(self.accelerator, "write a checkpoint")
+        if refused:  # genrl/deepspeed_support.py
+            if self.is_main:
+                print(f"genrl: warning: {refused}; none written", file=sys.stderr, flush=True)
+            return None
         if is_sharded(self.policy.network):
             return self._save_sharded()
         path = None
@@ -260,6 +273,9 @@ class Trainer:
         """Restore everything from the checkpoint directory ``path``; its files are checked
         against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
         just did)."""
+        refused = refuse_checkpoint(self.accelerator, "resume")
+        if refused:
+            raise ckpt.CheckpointError(refused)
         data = ckpt.load_checkpoint(path, verified=verified)
         # Another process count or sharded -> whole where DCP reshards (genrl/resume_layout.py).
         restore_weights(self.policy, self.optimizer, data, path)

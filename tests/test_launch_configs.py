@@ -68,3 +68,36 @@ def test_fsdp_request_on_one_process_says_what_to_do(monkeypatch: pytest.MonkeyP
     assert shards_itself(two)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
     assert not shards_itself(two)
+
+
+def _deepspeed_accelerator(stage: int, clipping: float) -> SimpleNamespace:
+    config = {"zero_optimization": {"stage": stage}, "gradient_clipping": clipping}
+    plugin = SimpleNamespace(deepspeed_config=config, zero_stage=stage)
+    return SimpleNamespace(
+        distributed_type="DistributedType.DEEPSPEED", state=SimpleNamespace(deepspeed_plugin=plugin)
+    )
+
+
+def test_deepspeed_clips_at_the_recipes_max_grad_norm() -> None:
+    """The shipped ZeRO configs say gradient_clipping 1.0; the recipe's optim.max_grad_norm
+    is what the engine must use (None turns DeepSpeed's clipping off: 0)."""
+    from genrl.deepspeed_support import align_clipping, uses_deepspeed, zero_stage
+
+    accelerator = _deepspeed_accelerator(3, 1.0)
+    assert uses_deepspeed(accelerator) and zero_stage(accelerator) == 3
+    align_clipping(accelerator, 0.5)
+    assert accelerator.state.deepspeed_plugin.deepspeed_config["gradient_clipping"] == 0.5
+    align_clipping(accelerator, None)
+    assert accelerator.state.deepspeed_plugin.deepspeed_config["gradient_clipping"] == 0.0
+    ddp = SimpleNamespace(distributed_type="DistributedType.MULTI_GPU")
+    align_clipping(ddp, 0.5)  # nothing to align, nothing touched
+    assert not uses_deepspeed(ddp) and zero_stage(ddp) == 0
+
+
+def test_deepspeed_checkpoints_are_refused_with_what_to_use() -> None:
+    from genrl.deepspeed_support import refuse_checkpoint
+
+    reason = refuse_checkpoint(_deepspeed_accelerator(2, 1.0), "resume")
+    assert reason is not None and "cannot resume under DeepSpeed" in reason
+    assert "fsdp2_full.yaml" in reason
+    assert refuse_checkpoint(SimpleNamespace(distributed_type="MULTI_CPU"), "resume") is None
