@@ -94,7 +94,7 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
         # EMA swaps parameter storage, which FSDP2's own shard buffers never see.
         raise ConfigError(
             "optim.ema_decay is not supported with FSDP yet (its EMA weights would not reach "
-            "the sharded model): set optim.ema_decay=0, or train with DDP"
+            "the sharded model): set optim.ema_decay=none, or train with DDP"
         )
     if sharded:
         shard_module(policy.module)
