@@ -1,12 +1,11 @@
 """Resuming a checkpoint on another layout: another process count, or from sharded to whole.
 
 A DDP checkpoint holds whole tensors (the trainable weights and a torch optimizer state), so any
-number of DDP processes can load it. A sharded (FSDP2) checkpoint holds torch distributed
-checkpointing's shards; DCP reshards them on load, into the shards of another FSDP2 layout or
-into the whole tensors of a DDP run or a single process (``load_shards`` asks for the state dict
-of the module it is given, sharded or not). The one direction not served is a DDP checkpoint into
-a sharded run: its optimizer state is indexed by parameter position, not by name, and genrl
-does not convert it; the error says how to resume it instead.
+number of DDP processes can load it, and a sharded (FSDP2) run keeps its shard of each of them
+(the optimizer state, numbered by parameter position, is renamed for torch's state-dict API).
+A sharded checkpoint holds torch distributed checkpointing's shards; DCP reshards them on load,
+into the shards of another FSDP2 layout or into the whole tensors of a DDP run or a single
+process (``load_shards`` asks for the state dict of the module it is given, sharded or not).
 
 What is exact: weights, optimizer state, LR schedule position, counters, RNG states and every
 named random stream (``genrl/rng.py``) are restored whatever the process count, so the next
@@ -36,14 +35,40 @@ def restore_weights(policy: Any, optimizer: Any, data: dict[str, Any], path: Pat
         load_shards(policy.network, optimizer, path)
         return
     if run_sharded:
-        raise CheckpointError(
-            f"{path} was written by a DDP (unsharded) run and cannot resume a sharded (FSDP) one: "
-            "resume it without FSDP (accelerate launch --config_file "
-            "genrl/launch_configs/ddp.yaml, or torchrun without ACCELERATE_USE_FSDP), on any "
-            "number of processes"
-        )
+        _whole_into_shards(policy.network, optimizer, data, path)
+        return
     policy.load_trainable_state_dict(data["trainable"])
     optimizer.load_state_dict(data["optimizer"])
+
+
+def _whole_into_shards(network: Any, optimizer: Any, data: dict[str, Any], path: Path) -> None:
+    """A DDP checkpoint into a sharded (FSDP2) run: every process holds the whole tensors and
+    keeps its shard of them. The torch optimizer state numbers parameters in the order of the
+    trainable parameters; torch's state-dict API wants their names, so they are renamed."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    names = [n for n, p in network.named_parameters() if p.requires_grad]
+    saved = data["optimizer"]
+    count = sum(len(group["params"]) for group in saved["param_groups"])
+    if count != len(names) or set(data["trainable"]) != set(names):
+        raise CheckpointError(
+            f"{path} does not match this policy's {len(names)} trainable parameters (its "
+            f"optimizer has {count}): was it saved with another LoRA/full setting?"
+        )
+    renamed = {
+        "state": {names[int(i)]: value for i, value in saved["state"].items()},
+        "param_groups": [
+            {**group, "params": [names[int(i)] for i in group["params"]]}
+            for group in saved["param_groups"]
+        ],
+    }
+    set_state_dict(
+        network,
+        getattr(optimizer, "optimizer", optimizer),
+        model_state_dict=data["trainable"],
+        optim_state_dict=renamed,
+        options=StateDictOptions(full_state_dict=True, strict=False),
+    )
 
 
 def layout_notice(

@@ -40,7 +40,7 @@ def launch(out: Path, model: str, lora: int, *extra: str) -> list[dict]:
     done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True)
     errors = [line for line in done.stderr.splitlines() if "Error" in line]
     assert done.returncode == 0, "\n".join(errors[:20]) + done.stderr[-3000:]
-    name = "resume" if extra else "rank"
+    name = extra[0] if extra else "rank"
     return [torch.load(out / f"{name}{r}.pt", weights_only=True) for r in range(2)]
 
 
@@ -142,3 +142,20 @@ def one_process_resumes_shards(
     assert rewards, sorted(reference)
     for key in rewards:
         assert row[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_ddp_checkpoint_resumes_a_sharded_run(tmp_path: Path) -> None:
+    """One DDP iteration of the tiny SD3 (full fine-tuning), its unsharded checkpoint resumed
+    by an FSDP2 run for the second: each process keeps its shard of the whole weights and AdamW
+    moments, and the run ends at the weights of two DDP iterations to FSDP2's 1e-6 (the same
+    minibatches; only reduction order differs)."""
+    ranks = launch(tmp_path, "sd3", 0, "from_ddp")
+    for result in ranks:
+        assert result["sharded"]
+        whole, split = result["whole_losses"], result["split_losses"]
+        assert len(whole) == len(split) == 2 and split[0] == whole[0]
+        assert split[1] == pytest.approx(whole[1], rel=0, abs=TOLERANCE)
+        assert result["resumed"].keys() == result["whole"].keys()
+        for name, value in result["whole"].items():
+            torch.testing.assert_close(result["resumed"][name], value, rtol=0, atol=TOLERANCE)
