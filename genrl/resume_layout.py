@@ -55,7 +55,7 @@ def _whole_into_shards(network: Any, optimizer: Any, data: dict[str, Any], path:
             f"{path} does not match this policy's {len(names)} trainable parameters (its "
             f"optimizer has {count}): was it saved with another LoRA/full setting?"
         )
-    renamed = {
+    renamed: dict[str, Any] = {
         "state": {names[int(i)]: value for i, value in saved["state"].items()},
         "param_groups": [
             {**group, "params": [names[int(i)] for i in group["params"]]}
