@@ -8,7 +8,7 @@ accelerate's DeepSpeed path differs from DDP and FSDP in three ways the loop mus
   updater (``genrl/optimization.py``) sets ``sync_gradients`` only on the last minibatch of an
   accumulation window, sets the LR before that backward, and reads the gradient norm from the
   engine (the gradients are partitioned under ZeRO-2/3);
-* the clipping threshold is the DeepSpeed config's ``gradient_clipping``, so ``align_clipping``
+* the clipping threshold is the DeepSpeed config's ``gradient_clipping``, so ``align_config``
   makes it the recipe's ``optim.max_grad_norm`` before ``accelerator.prepare`` (the shipped
   configs say 1.0; a recipe's own value wins, as its batch sizes do);
 * the optimizer state is partitioned over processes (and under ZeRO-3 the parameters too), so a
@@ -39,12 +39,18 @@ def zero_stage(accelerator: Any) -> int:
     return int(plugin.deepspeed_config.get("zero_optimization", {}).get("stage", plugin.zero_stage))
 
 
-def align_clipping(accelerator: Any, max_grad_norm: float | None) -> None:
-    """Make DeepSpeed clip at ``optim.max_grad_norm`` (0, DeepSpeed's "off", for None); call
-    before ``accelerator.prepare``, which hands the config to ``deepspeed.initialize``."""
-    if uses_deepspeed(accelerator):
-        config = accelerator.state.deepspeed_plugin.deepspeed_config
-        config["gradient_clipping"] = float(max_grad_norm or 0.0)
+def align_config(accelerator: Any, max_grad_norm: float | None, minibatch_size: int) -> None:
+    """Fill the DeepSpeed config from the recipe before ``accelerator.prepare`` hands it to
+    ``deepspeed.initialize``: clipping at ``optim.max_grad_norm`` (0, DeepSpeed's "off", for
+    None), and, where the config says "auto", ``train_micro_batch_size_per_gpu`` from
+    ``train.minibatch_size``: accelerate takes that size from a prepared dataloader, and genrl
+    prepares none (its prompts are not a dataloader), so without it ``prepare`` raises."""
+    if not uses_deepspeed(accelerator):
+        return
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    config["gradient_clipping"] = float(max_grad_norm or 0.0)
+    if config.get("train_micro_batch_size_per_gpu", "auto") == "auto":
+        config["train_micro_batch_size_per_gpu"] = int(minibatch_size)
 
 
 def refuse_checkpoint(accelerator: Any, action: str) -> str | None:
@@ -74,4 +80,4 @@ def zero3_gathered(module: nn.Module, accelerator: Any) -> Iterator[None]:
         yield
 
 
-__all__ = ["align_clipping", "refuse_checkpoint", "uses_deepspeed", "zero3_gathered", "zero_stage"]
+__all__ = ["align_config", "refuse_checkpoint", "uses_deepspeed", "zero3_gathered", "zero_stage"]

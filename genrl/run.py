@@ -17,7 +17,7 @@ from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import Algorithm
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
-from genrl.deepspeed_support import align_clipping
+from genrl.deepspeed_support import align_config
 from genrl.groups import process_slice
 from genrl.launch import build_accelerator
 from genrl.objectives.base import Objective
@@ -106,7 +106,8 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
         eps=o.eps,
         weight_decay=o.weight_decay,
     )
-    align_clipping(accelerator, o.max_grad_norm)  # DeepSpeed clips in its engine
+    # DeepSpeed's engine clips, and needs a batch size without a dataloader.
+    align_config(accelerator, o.max_grad_norm, config.train.minibatch_size)
     if sharded:
         optimizer = accelerator.prepare(optimizer)
     else:
