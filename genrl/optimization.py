@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from genrl.config import TrainConfig
+from genrl.deepspeed_support import uses_deepspeed
 from genrl.ema import EMA
 from genrl.losses import Metrics
 from genrl.metrics import MeanAccumulator, to_floats
@@ -85,9 +86,19 @@ class Updater:
                 is_step = k == window_start + window - 1
                 sync = contextlib.nullcontext() if is_step else acc.no_sync(self.policy.module)
                 step = StepContext(window, tokens[k // accumulate] if tokens else None)
-                with sync, acc.autocast():
-                    loss, metrics = objective.loss(self.policy, units.select(index), step)
-                    acc.backward(loss / window)
+                if k == window_start:
+                    self._set_lr()
+                # DeepSpeed steps its engine inside ``accelerator.backward`` whenever accelerate's
+                # ``sync_gradients`` is set; genrl accumulates itself, so it marks each window's
+                # last minibatch as the boundary (elsewhere the flag changes nothing: the
+                # optimizer steps only on that minibatch anyway).
+                acc.sync_gradients = is_step
+                try:
+                    with sync, acc.autocast():
+                        loss, metrics = objective.loss(self.policy, units.select(index), step)
+                        acc.backward(loss / window)
+                finally:
+                    acc.sync_gradients = True
                 if first_ratios is None and "ratio_max" in metrics:
                     first_ratios = (metrics["ratio_min"], metrics["ratio_max"])
                 window_losses.append((k, loss.detach(), metrics))
@@ -153,11 +164,21 @@ class Updater:
             "lower optim.lr or check the reward scale"
         )
 
+    def _set_lr(self) -> None:
+        """The LR of the coming optimizer step, set before the window's first backward: under
+        DeepSpeed the step happens inside the last backward of the window."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr(self.steps)
+
     def _step(self) -> dict[str, Any]:
         o = self.config.optim
         params = self.policy.trainable_parameters()
         grad_norm: torch.Tensor | float
-        if o.max_grad_norm is not None:
+        if uses_deepspeed(self.accelerator):
+            # The engine clipped (at optim.max_grad_norm, genrl/deepspeed_support.py) and stepped
+            # in backward; its gradients are partitioned, so only it knows their norm.
+            grad_norm = float(self.accelerator.clip_grad_norm_(params, o.max_grad_norm or 0.0) or 0)
+        elif o.max_grad_norm is not None:
             grad_norm = self.accelerator.clip_grad_norm_(params, o.max_grad_norm)
         else:
             norms = [p.grad.norm() for p in params if p.grad is not None]
@@ -165,9 +186,7 @@ class Updater:
             grad_norm = torch.linalg.vector_norm(torch.stack(norms)) if norms else 0.0
         if isinstance(grad_norm, torch.Tensor):
             grad_norm = full_tensor(grad_norm)  # a DTensor under FSDP2
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr(self.steps)
-        self.optimizer.step()
+        self.optimizer.step()  # a no-op under DeepSpeed (accelerate's wrapper)
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         if self.ema is not None:

@@ -17,6 +17,7 @@ from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import Algorithm
 from genrl.components import build_policy_from, build_reward_from
 from genrl.config import TrainConfig
+from genrl.deepspeed_support import align_config, zero_stage
 from genrl.groups import process_slice
 from genrl.launch import build_accelerator
 from genrl.objectives.base import Objective
@@ -89,11 +90,13 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
     # shards the module itself (FSDP2 on CPU processes, genrl/sharding.py): that happens
     # before the optimizer is made, so that it holds the sharded parameters.
     sharded = shards_itself(accelerator)
-    if env_requests_fsdp() and config.optim.ema_decay:
-        # EMA swaps parameter storage, which FSDP2's own shard buffers never see.
+    if (env_requests_fsdp() or zero_stage(accelerator) == 3) and config.optim.ema_decay:
+        # EMA swaps parameter storage, which FSDP2's own shard buffers never see, and ZeRO-3
+        # leaves empty placeholders in the parameters.
         raise ConfigError(
-            "optim.ema_decay is not supported with FSDP yet (its EMA weights would not reach "
-            "the sharded model): set optim.ema_decay=0, or train with DDP"
+            "optim.ema_decay is not supported with FSDP or DeepSpeed ZeRO-3 yet (its EMA "
+            "weights would not reach the sharded model): set optim.ema_decay=none, or train "
+            "with DDP or ZeRO-2"
         )
     if sharded:
         shard_module(policy.module)
@@ -105,6 +108,8 @@ def build_run(config: TrainConfig, accelerator: Any = None) -> Run:
         eps=o.eps,
         weight_decay=o.weight_decay,
     )
+    # DeepSpeed's engine clips, and needs a batch size without a dataloader.
+    align_config(accelerator, o.max_grad_norm, config.train.minibatch_size)
     if sharded:
         optimizer = accelerator.prepare(optimizer)
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,16 @@ from genrl.advantages import zero_std_fraction
 from genrl.allocation import DynamicSamplingError
 from genrl.collection import BatchCollector, CollectedBatch
 from genrl.config import TrainConfig
+from genrl.deepspeed_support import refuse_checkpoint, zero3_gathered
 from genrl.evaluation import EvalResult, evaluate
 from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
 from genrl.metrics import console_line
 from genrl.optimization import Updater
+from genrl.resume_layout import layout_notice, restore_weights
 from genrl.run import build_run
-from genrl.sharding import gathered, is_sharded, load_shards, save_shards
+from genrl.sharding import gathered, is_sharded, save_shards
 from genrl.trackers import open_writer
 
 
@@ -185,6 +188,13 @@ class Trainer:
         weights) on the main process; the EMA weights when the run keeps an EMA, since those
         are what the held-out evaluation scores."""
         path = None
+        with zero3_gathered(self.policy.network, self.accelerator):  # a collective under ZeRO-3
+            path = self._export(directory)
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def _export(self, directory: Path) -> Path | None:
+        path = None
         if is_sharded(self.policy.network):
             # Every process gathers the full weights (a collective); the main one writes them.
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
@@ -195,7 +205,6 @@ class Trainer:
             context = self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
             with context:
                 path = self.policy.export(directory)
-        self.accelerator.wait_for_everyone()
         return path
 
     def state(self) -> dict[str, Any]:
@@ -206,10 +215,17 @@ class Trainer:
             "reward": self.reward.state_dict(),
             "eval_history": self.eval_history,
             "wall_seconds": self.wall_seconds_before,
+            # A resume on another count says so (genrl/resume_layout.py).
+            "num_processes": self.accelerator.num_processes,
         }
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
         self.wall_seconds_before = wall_seconds
+        refused = refuse_checkpoint(self.accelerator, "write a checkpoint")
+        if refused:  # genrl/deepspeed_support.py
+            if self.is_main:
+                print(f"genrl: warning: {refused}; none written", file=sys.stderr, flush=True)
+            return None
         if is_sharded(self.policy.network):
             return self._save_sharded()
         path = None
@@ -257,18 +273,15 @@ class Trainer:
         """Restore everything from the checkpoint directory ``path``; its files are checked
         against the checksums recorded at save unless ``verified`` (``resolve_checkpoint``
         just did)."""
+        refused = refuse_checkpoint(self.accelerator, "resume")
+        if refused:
+            raise ckpt.CheckpointError(refused)
         data = ckpt.load_checkpoint(path, verified=verified)
-        sharded = is_sharded(self.policy.network)
-        if sharded != ("sharded" in data):
-            raise ckpt.CheckpointError(
-                f"{path} was written by a {'sharded (FSDP)' if 'sharded' in data else 'DDP'} "
-                f"run and cannot resume a {'sharded' if sharded else 'DDP'} one"
-            )
-        if sharded:
-            load_shards(self.policy.network, self.optimizer, path)
-        else:
-            self.policy.load_trainable_state_dict(data["trainable"])
-            self.optimizer.load_state_dict(data["optimizer"])
+        # Another process count or sharded -> whole where DCP reshards (genrl/resume_layout.py).
+        restore_weights(self.policy, self.optimizer, data, path)
+        notice = layout_notice(data["state"], self.accelerator.num_processes, "sharded" in data)
+        if notice and self.is_main:
+            print(notice, flush=True)
         if self.ema is not None:
             if "ema" not in data:
                 raise ckpt.CheckpointError(f"{path} has no EMA weights but optim.ema_decay is set")

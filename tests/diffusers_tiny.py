@@ -386,24 +386,28 @@ def tiny_sd3_run(directory: Path, *overrides: str) -> Any:
     held-out sample per prompt, no TensorBoard or progress bar; ``overrides`` come last."""
     from genrl import get_recipe
 
+    config = get_recipe("sd35m_pickscore")
+    config.apply_overrides([*tiny_sd3_overrides(directory), *overrides])
+    return config
+
+
+def tiny_sd3_overrides(directory: Path, build: bool = True) -> list[str]:
+    """The ``--set`` overrides of ``tiny_sd3_run`` for ``genrl train sd35m_pickscore`` (the
+    scale-out benchmark launches the CLI with them); builds the models unless ``build`` is
+    False (a dry run that only prints commands)."""
     sd3, clip = directory / "sd3", directory / "clip"
-    if not (sd3 / "model_index.json").is_file():
+    if build and not (sd3 / "model_index.json").is_file():
         build_sd3(sd3)
         build_clip(clip)
-    config = get_recipe("sd35m_pickscore")
-    config.apply_overrides(
-        [
-            f"policy.pretrained={sd3}",
-            'policy.kwargs={"height": 32, "width": 32}',
-            "reward.0.name=clipscore",
-            f'reward.0.kwargs={{"model": "{clip}"}}',
-            "train.gradient_accumulation_steps=1",
-            "train.mixed_precision=no",
-            "policy.dtype=float32",
-            "eval.samples_per_prompt=1",
-            "logging.tensorboard=false",
-            "logging.progress_bar=false",
-            *overrides,
-        ]
-    )
-    return config
+    return [
+        f"policy.pretrained={sd3}",
+        'policy.kwargs={"height": 32, "width": 32}',
+        "reward.0.name=clipscore",
+        f'reward.0.kwargs={{"model": "{clip}"}}',
+        "train.gradient_accumulation_steps=1",
+        "train.mixed_precision=no",
+        "policy.dtype=float32",
+        "eval.samples_per_prompt=1",
+        "logging.tensorboard=false",
+        "logging.progress_bar=false",
+    ]

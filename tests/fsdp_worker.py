@@ -5,7 +5,8 @@ exports both, and writes this process's losses and gathered trainable weights to
 
 Usage: ``torchrun --nproc_per_node 2 tests/fsdp_worker.py OUT MODEL LORA_RANK [resume]`` with
 MODEL ``sd3`` (tests/diffusers_tiny.py) or ``qwen3`` (tests/test_causal_lm.py); ``resume``
-checks a sharded checkpoint instead (``resume``)."""
+checks a sharded checkpoint instead (``resume``), ``from_ddp`` a DDP checkpoint resumed by an
+FSDP2 run."""
 
 from __future__ import annotations
 
@@ -68,6 +69,16 @@ def resume(out: Path, model: str, lora: int, rank: int) -> None:
     ).policy.trainable_state_dict()
     split = Trainer(config(out, model, lora), run_dir=out / "split")
     split.train(stop_after=1)
+    # What the sharded checkpoint of iteration 1 holds, whole: a 1-process run loads it into
+    # unsharded tensors (test_fsdp.py) and must find exactly these.
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    result["after_one"] = split.policy.trainable_state_dict()
+    whole_options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    optim = get_optimizer_state_dict(
+        split.policy.network, split.optimizer.optimizer, options=whole_options
+    )
+    result["after_one_optim"] = optim.get("state", {})  # the main process only
     resumed = Trainer(config(out, model, lora), run_dir=out / "split", resume_from=out / "split")
     resumed.train()
     result["resumed"] = resumed.policy.trainable_state_dict()
@@ -79,6 +90,36 @@ def resume(out: Path, model: str, lora: int, rank: int) -> None:
     torch.save(result, out / f"resume{rank}.pt")
 
 
+def from_ddp(out: Path, model: str, lora: int, rank: int) -> None:
+    """Two DDP iterations at once, and one DDP iteration whose (unsharded) checkpoint an FSDP2
+    Trainer resumes for the second; writes both runs' final weights and losses. The DDP side
+    steps ``train_iteration`` by hand: ``train()``'s held-out evaluation of the tiny SD3 under
+    DDP waits forever when the processes get unequal numbers of chunks (DDP syncs buffers in
+    every forward), which this test is not about."""
+    from genrl.trainer import Trainer
+
+    os.environ["ACCELERATE_USE_FSDP"] = "false"
+    whole = Trainer(config(out, model, lora), run_dir=out / "ddp_whole")
+    result: dict = {"whole_losses": [whole.train_iteration()["loss/total"] for _ in range(2)]}
+    result["whole"] = whole.policy.trainable_state_dict()
+    split = Trainer(config(out, model, lora), run_dir=out / "ddp_split")
+    result["split_losses"] = [split.train_iteration()["loss/total"]]
+    checkpoint = split.save_checkpoint()
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    resumed = Trainer(config(out, model, lora), run_dir=out / "ddp_split")
+    resumed.load_checkpoint(checkpoint or ckpt_dir(out / "ddp_split", 1))
+    result["sharded"] = resumed.policy.sharded
+    result["split_losses"].append(resumed.train_iteration()["loss/total"])
+    result["resumed"] = resumed.policy.trainable_state_dict()
+    torch.save(result, out / f"from_ddp{rank}.pt")
+
+
+def ckpt_dir(run_dir: Path, iteration: int) -> Path:
+    from genrl.checkpoint import checkpoint_dir
+
+    return checkpoint_dir(run_dir, iteration)
+
+
 def main() -> None:
     out, model, lora = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     from genrl.trainer import Trainer
@@ -86,6 +127,9 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     if sys.argv[4:] == ["resume"]:
         resume(out, model, lora, rank)
+        return
+    if sys.argv[4:] == ["from_ddp"]:
+        from_ddp(out, model, lora, rank)
         return
     result = {}
     for mode in ("ddp", "fsdp"):

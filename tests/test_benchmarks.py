@@ -185,3 +185,111 @@ def test_compositional_summary_by_hand() -> None:
     # GDRO never gets there: null, not a number.
     assert gdro["steps_to_flow_grpo_best"] is None and gdro["seconds_to_flow_grpo_best"] is None
     assert gdro["steps_to_90pct_gain"] is None and gdro["diversity_change"] == -0.01
+
+
+def _gpu_scale_out():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_scale_out
+
+    return gpu_scale_out
+
+
+def _fake_run(directory: Path, losses: list[float], norms: list[float], reward: float) -> Path:
+    directory.mkdir(parents=True)
+    rows = [{"iteration": 0, "eval/reward": 0.1}]
+    rows += [
+        {"iteration": i + 1, "loss/total": loss, "grad_norm": norm}
+        for i, (loss, norm) in enumerate(zip(losses, norms, strict=True))
+    ]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (directory / "summary.json").write_text(json.dumps({"heldout_reward_after": reward}))
+    for rank, gb in enumerate((1.5, 1.25)):
+        (directory / f"peak_memory_rank{rank}.json").write_text(json.dumps({"gb": gb}))
+    return directory
+
+
+def test_gpu_scale_out_compares_a_run_with_ddp_by_hand(tmp_path: Path) -> None:
+    """Losses relative to the largest DDP loss (0.5): 0.0005 / 0.5 = 1e-3; gradient norms
+    each relative to DDP's: 0.1 / 1.0 = 0.1 beats 0 / 2.0; reward 0.27 - 0.25 = 0.02."""
+    bench = _gpu_scale_out()
+    ddp = bench.read_run(_fake_run(tmp_path / "ddp", [0.5, -0.25], [2.0, 1.0], 0.25))
+    zero = bench.read_run(_fake_run(tmp_path / "zero2", [0.5005, -0.25], [2.0, 1.1], 0.27))
+    assert ddp["losses"] == [0.5, -0.25] and ddp["peak_memory_gb"] == [1.5, 1.25]
+    diff = bench.compare(zero, ddp)
+    assert diff["max_rel_loss_diff"] == pytest.approx(1e-3)
+    assert diff["max_rel_grad_norm_diff"] == pytest.approx(0.1)
+    assert diff["heldout_reward_diff"] == pytest.approx(0.02)
+    assert bench.compare(ddp, ddp) == {
+        "max_rel_loss_diff": 0.0,
+        "max_rel_grad_norm_diff": 0.0,
+        "heldout_reward_diff": 0.0,
+    }
+    short = bench.read_run(_fake_run(tmp_path / "short", [0.5], [2.0], 0.25))
+    with pytest.raises(ValueError, match="logged 1 and 2 iterations"):
+        bench.compare(short, ddp)
+
+
+def test_gpu_scale_out_builds_one_launch_per_config(tmp_path: Path) -> None:
+    bench = _gpu_scale_out()
+    args = bench.parse_args(["--num-processes", "2", "--configs", "zero3", "fsdp2_lora"])
+    commands = bench.build_commands(args, tmp_path, ["policy.pretrained=/m/sd3"])
+    # Each compared run has its DDP baseline of the same fine-tuning mode, run first.
+    assert list(commands) == ["ddp", "ddp_lora", "zero3", "fsdp2_lora"]
+    for run, config, lora in [("ddp", "ddp", 0), ("ddp_lora", "ddp", 4), ("zero3", "zero3", 0),
+                              ("fsdp2_lora", "fsdp2_lora", 4)]:  # fmt: skip
+        command = commands[run]
+        assert command[1:3] == ["-m", "accelerate.commands.launch"]
+        config_file = command[command.index("--config_file") + 1]
+        assert config_file == str(ROOT / "genrl" / "launch_configs" / f"{config}.yaml")
+        assert command[command.index("--num_processes") + 1] == "2"
+        assert command[command.index("--worker") + 1] == str(tmp_path / run)
+        sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+        assert f"policy.lora_rank={lora}" in sets and "train.iterations=2" in sets
+        assert sets[0] == "policy.pretrained=/m/sd3"
+    assert bench.baseline_of("fsdp2_lora") == "ddp_lora" and bench.baseline_of("zero2") == "ddp"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--configs", "zero4"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--num-processes", "0"])
+    worker = bench.parse_args(["--worker", "d", "--", "train", "--set", "a=1"])
+    assert worker.cli_args == ["train", "--set", "a=1"] and worker.overrides == []
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA"
+)
+def test_gpu_scale_out_refuses_without_cuda_and_dry_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    script = [sys.executable, str(ROOT / "benchmarks" / "gpu_scale_out.py")]
+    refused = subprocess.run(script, env=env, capture_output=True, text=True, check=False)
+    assert refused.returncode == 2
+    assert refused.stdout.strip().splitlines() == [
+        "gpu_scale_out: needs a CUDA GPU and none is visible (--dry-run prints the commands)"
+    ]
+    dry = [*script, "--dry-run", "--out", str(tmp_path)]
+    done = subprocess.run(dry, env=env, capture_output=True, text=True, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert json.loads(lines[-1])["runs"] == ["ddp", "ddp_lora", "fsdp2_full", "fsdp2_lora",
+                                             "zero2", "zero3"]  # fmt: skip
+    assert len(lines) == 7 and all("accelerate.commands.launch" in line for line in lines[:6])
+    assert not (tmp_path / "models").exists()  # a dry run builds nothing
+
+
+@pytest.mark.slow
+def test_gpu_scale_out_worker_trains_the_tiny_sd3_on_cpu(tmp_path: Path) -> None:
+    """One launched process of the benchmark, without accelerate and on the CPU: the recipe
+    overrides it passes are valid, and read_run finds what compare needs."""
+    from diffusers_tiny import tiny_sd3_overrides
+
+    bench = _gpu_scale_out()
+    args = bench.parse_args(["--configs", "ddp", "--num-processes", "1", "--iterations", "1"])
+    models = tiny_sd3_overrides(tmp_path / "models")
+    command = bench.build_commands(args, tmp_path, models)["ddp"]
+    worker = command[command.index("--num_processes") + 2 :]  # the script and its arguments
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("ACCELERATE_USE_FSDP", None)
+    done = subprocess.run([sys.executable, *worker], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = bench.read_run(tmp_path / "ddp")
+    assert len(run["losses"]) == len(run["grad_norms"]) == 1 and run["grad_norms"][0] > 0
+    assert len(run["peak_memory_gb"]) == 1

@@ -6,6 +6,7 @@ applies torch's ``fully_shard`` itself). Each launch runs both modes in one proc
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def launch(out: Path, model: str, lora: int, *extra: str) -> list[dict]:
     done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True)
     errors = [line for line in done.stderr.splitlines() if "Error" in line]
     assert done.returncode == 0, "\n".join(errors[:20]) + done.stderr[-3000:]
-    name = "resume" if extra else "rank"
+    name = extra[0] if extra else "rank"
     return [torch.load(out / f"{name}{r}.pt", weights_only=True) for r in range(2)]
 
 
@@ -79,11 +80,15 @@ def test_fsdp2_matches_ddp(tmp_path: Path, model: str, lora: int) -> None:
 
 
 @pytest.mark.slow
-def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
+def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Full fine-tuning of the tiny SD3 under FSDP2: one iteration, a sharded checkpoint (each
     process writes its shard), a fresh Trainer resuming it for the second iteration ends at
-    exactly the weights and losses of two uninterrupted iterations."""
+    exactly the weights and losses of two uninterrupted iterations. The same checkpoint also
+    resumes in this one unsharded process (``one_process_resumes_shards``)."""
     ranks = launch(tmp_path, "sd3", 0, "resume")
+    one_process_resumes_shards(tmp_path, ranks[0], capsys)
     for result in ranks:
         assert result["shards"] == ["__0_0.distcp", "__1_0.distcp"]
         assert result["split_losses"] == result["whole_losses"]
@@ -93,3 +98,64 @@ def test_sharded_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path: Path)
         assert moved > 1e-4
         for name, value in result["whole"].items():
             torch.testing.assert_close(result["resumed"][name], value, rtol=0, atol=0)
+
+
+def one_process_resumes_shards(
+    out: Path, written: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 2-process sharded checkpoint of iteration 1 loads into one unsharded process (torch
+    distributed checkpointing reshards into whole tensors): exactly the weights and AdamW
+    moments the FSDP2 run held, a one-line notice of the process count, and the continued
+    iteration samples and scores exactly what the uninterrupted FSDP2 run did (same weights,
+    same named random streams); only the update after it may differ (other minibatches)."""
+    from fsdp_worker import config
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    from genrl.metrics import read_metrics
+    from genrl.trainer import Trainer
+
+    shutil.copytree(out / "split", out / "single")
+    first = out / "single" / "checkpoints" / "iter_000001"
+    trainer = Trainer(config(out, "sd3", 0), run_dir=out / "single", resume_from=first)
+    assert not trainer.policy.sharded
+    trainer.load_checkpoint(first)
+    assert "written by 2 processes on 1" in capsys.readouterr().out
+    for name, value in written["after_one"].items():
+        torch.testing.assert_close(
+            trainer.policy.trainable_state_dict()[name], value, rtol=0, atol=0
+        )
+    moments = get_optimizer_state_dict(trainer.policy.network, trainer.optimizer.optimizer)
+    assert (
+        written["after_one_optim"] and moments["state"].keys() == written["after_one_optim"].keys()
+    )
+    for name, saved in written["after_one_optim"].items():
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(moments["state"][name][key], saved[key], rtol=0, atol=0)
+    assert trainer.iteration == 1
+    trainer.train()
+    resumed = read_metrics(out / "single" / "metrics.jsonl")
+    uninterrupted = read_metrics(out / "whole" / "metrics.jsonl")
+    # Iteration 2's training row (a resume drops the rows logged after its checkpoint).
+    row = [r for r in resumed if r.get("iteration") == 2 and "loss/total" in r][-1]
+    reference = [r for r in uninterrupted if r.get("iteration") == 2 and "loss/total" in r][-1]
+    rewards = [k for k in reference if k.endswith("/mean") and k in row]
+    assert rewards, sorted(reference)
+    for key in rewards:
+        assert row[key] == pytest.approx(reference[key], rel=0, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_ddp_checkpoint_resumes_a_sharded_run(tmp_path: Path) -> None:
+    """One DDP iteration of the tiny SD3 (full fine-tuning), its unsharded checkpoint resumed
+    by an FSDP2 run for the second: each process keeps its shard of the whole weights and AdamW
+    moments, and the run ends at the weights of two DDP iterations to FSDP2's 1e-6 (the same
+    minibatches; only reduction order differs)."""
+    ranks = launch(tmp_path, "sd3", 0, "from_ddp")
+    for result in ranks:
+        assert result["sharded"]
+        whole, split = result["whole_losses"], result["split_losses"]
+        assert len(whole) == len(split) == 2 and split[0] == whole[0]
+        assert split[1] == pytest.approx(whole[1], rel=0, abs=TOLERANCE)
+        assert result["resumed"].keys() == result["whole"].keys()
+        for name, value in result["whole"].items():
+            torch.testing.assert_close(result["resumed"][name], value, rtol=0, atol=TOLERANCE)

@@ -56,6 +56,14 @@ def test_deepspeed_plugin_accepts_the_config(name: str) -> None:
         zero3_init_flag=ds["zero3_init_flag"],
     )
     assert plugin.deepspeed_config["zero_optimization"]["stage"] == ds["zero_stage"]
+    # The plugin leaves the micro batch size to a dataloader; genrl fills it from the recipe.
+    from genrl.deepspeed_support import align_config
+
+    assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == "auto"
+    state = SimpleNamespace(deepspeed_plugin=plugin)
+    align_config(SimpleNamespace(distributed_type="DEEPSPEED", state=state), None, 8)
+    assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == 8
+    assert plugin.deepspeed_config["gradient_clipping"] == 0.0
 
 
 def test_fsdp_request_on_one_process_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,3 +76,41 @@ def test_fsdp_request_on_one_process_says_what_to_do(monkeypatch: pytest.MonkeyP
     assert shards_itself(two)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
     assert not shards_itself(two)
+
+
+def _deepspeed_accelerator(stage: int, clipping: float) -> SimpleNamespace:
+    config = {"zero_optimization": {"stage": stage}, "gradient_clipping": clipping}
+    plugin = SimpleNamespace(deepspeed_config=config, zero_stage=stage)
+    return SimpleNamespace(
+        distributed_type="DistributedType.DEEPSPEED", state=SimpleNamespace(deepspeed_plugin=plugin)
+    )
+
+
+def test_deepspeed_config_takes_clipping_and_batch_size_from_the_recipe() -> None:
+    """The shipped ZeRO configs say gradient_clipping 1.0; the recipe's optim.max_grad_norm
+    is what the engine must use (None turns DeepSpeed's clipping off: 0). accelerate reads the
+    micro batch size from a dataloader genrl never prepares: "auto" becomes
+    train.minibatch_size, a number set in the config is kept."""
+    from genrl.deepspeed_support import align_config, uses_deepspeed, zero_stage
+
+    accelerator = _deepspeed_accelerator(3, 1.0)
+    config = accelerator.state.deepspeed_plugin.deepspeed_config
+    config["train_micro_batch_size_per_gpu"] = "auto"
+    assert uses_deepspeed(accelerator) and zero_stage(accelerator) == 3
+    align_config(accelerator, 0.5, 8)
+    assert config["gradient_clipping"] == 0.5 and config["train_micro_batch_size_per_gpu"] == 8
+    config["train_micro_batch_size_per_gpu"] = 3
+    align_config(accelerator, None, 8)
+    assert config["gradient_clipping"] == 0.0 and config["train_micro_batch_size_per_gpu"] == 3
+    ddp = SimpleNamespace(distributed_type="DistributedType.MULTI_GPU")
+    align_config(ddp, 0.5, 8)  # nothing to align, nothing touched
+    assert not uses_deepspeed(ddp) and zero_stage(ddp) == 0
+
+
+def test_deepspeed_checkpoints_are_refused_with_what_to_use() -> None:
+    from genrl.deepspeed_support import refuse_checkpoint
+
+    reason = refuse_checkpoint(_deepspeed_accelerator(2, 1.0), "resume")
+    assert reason is not None and "cannot resume under DeepSpeed" in reason
+    assert "fsdp2_full.yaml" in reason
+    assert refuse_checkpoint(SimpleNamespace(distributed_type="MULTI_CPU"), "resume") is None

@@ -187,6 +187,35 @@ def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> N
         torch.testing.assert_close(value, _params(single)[name], rtol=1e-4, atol=2e-5)
 
 
+def test_only_a_windows_last_backward_is_the_sync_boundary(tmp_path: Path) -> None:
+    """DeepSpeed steps inside ``accelerator.backward`` when accelerate's ``sync_gradients`` is
+    set (genrl/deepspeed_support.py): 48 units in minibatches of 16, accumulating 2, make the
+    windows [0, 1] and [2], so the flag is False, True, True; the LR of the window's step is in
+    place before its first backward (warm-up over 2 steps of lr 1e-2: 5e-3, then 1e-2)."""
+    trainer = Trainer(
+        tiny_config(
+            tmp_path,
+            "train.minibatch_size=16",
+            "train.gradient_accumulation_steps=2",
+            "optim.warmup_steps=2",
+            "optim.lr_schedule=constant",
+        ),
+        run_dir=tmp_path / "run",
+    )
+    seen: list[tuple[bool, float]] = []
+    real_backward = trainer.accelerator.backward
+
+    def recording(loss: torch.Tensor, **kwargs: object) -> None:
+        lr = trainer.optimizer.param_groups[0]["lr"]
+        seen.append((trainer.accelerator.sync_gradients, lr))
+        real_backward(loss, **kwargs)
+
+    trainer.accelerator.backward = recording
+    trainer.train_iteration()
+    assert seen == [(False, 5e-3), (True, 5e-3), (True, 1e-2)]
+    assert trainer.accelerator.sync_gradients and trainer.optimizer_steps == 2
+
+
 def test_ctrl_c_mid_update_finishes_the_iteration_and_resumes_exactly(tmp_path: Path) -> None:
     overrides = ("train.iterations=4",)
     straight = Trainer(tiny_config(tmp_path, *overrides), run_dir=tmp_path / "a")
