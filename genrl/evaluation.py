@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,3 +108,24 @@ def _process_layout(accelerator: Any) -> tuple[int, int]:
     if env_requests_fsdp():  # genrl's own FSDP2 on CPU processes (genrl/sharding.py)
         return 0, 1
     return accelerator.process_index, accelerator.num_processes
+
+
+@contextlib.contextmanager
+def without_ddp_wrapper(policy: Any) -> Iterator[None]:
+    """Run the policy's forwards on the module inside its DDP wrapper, restored afterwards.
+
+    Held-out chunks are shared out over DDP processes, so processes make different numbers of
+    forwards; DDP's forward broadcasts the module's buffers from process 0 (the first forward
+    after a training one does, whatever the grad mode), a collective that then waits forever
+    for a process with no chunk left (seen with the tiny SD3 on 2 processes). Evaluation needs
+    no gradient synchronisation, so the unwrapped module computes the same outputs. Sharded
+    modules (FSDP) keep their wrapper: every process runs every chunk there."""
+    module = getattr(policy, "module", None)
+    if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        yield
+        return
+    policy.module = module.module
+    try:
+        yield
+    finally:
+        policy.module = module

@@ -28,7 +28,7 @@ from genrl.allocation import DynamicSamplingError
 from genrl.collection import BatchCollector, CollectedBatch
 from genrl.config import TrainConfig
 from genrl.deepspeed_support import refuse_checkpoint, zero3_gathered
-from genrl.evaluation import EvalResult, evaluate
+from genrl.evaluation import EvalResult, evaluate, without_ddp_wrapper
 from genrl.groups import group_stats
 from genrl.interrupt import StopRequest
 from genrl.launch import build_accelerator
@@ -173,7 +173,7 @@ class Trainer:
         outputs_fn = self.rollout.evaluation_outputs(
             self.policy, prompts, per_prompt, cfg.eval.seed
         )
-        with context:
+        with context, without_ddp_wrapper(self.policy):
             return evaluate(
                 self.reward,
                 prompts,

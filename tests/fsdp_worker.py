@@ -6,7 +6,7 @@ exports both, and writes this process's losses and gathered trainable weights to
 Usage: ``torchrun --nproc_per_node 2 tests/fsdp_worker.py OUT MODEL LORA_RANK [resume]`` with
 MODEL ``sd3`` (tests/diffusers_tiny.py) or ``qwen3`` (tests/test_causal_lm.py); ``resume``
 checks a sharded checkpoint instead (``resume``), ``from_ddp`` a DDP checkpoint resumed by an
-FSDP2 run."""
+FSDP2 run, ``ddp_eval`` a DDP ``train()`` whose held-out chunks fall unevenly on the processes."""
 
 from __future__ import annotations
 
@@ -114,6 +114,24 @@ def from_ddp(out: Path, model: str, lora: int, rank: int) -> None:
     torch.save(result, out / f"from_ddp{rank}.pt")
 
 
+def ddp_eval(out: Path, model: str, lora: int, rank: int) -> None:
+    """Under DDP: ``train()`` with a held-out evaluation before, during and after training of
+    one chunk, which process 0 makes alone (the first forward after a training one, and the
+    very first, broadcasts the transformer's buffers: without ``without_ddp_wrapper`` process 0
+    waited there forever for process 1); writes this process's held-out rewards."""
+    from genrl.trainer import Trainer
+
+    os.environ["ACCELERATE_USE_FSDP"] = "false"
+    cfg = config(out, model, lora)
+    cfg.apply_overrides(["eval.every=1", "eval.samples_per_prompt=2", "eval.batch_size=64"])
+    trainer = Trainer(cfg, run_dir=out / "ddp_eval_run")
+    trainer.train()
+    result = trainer.evaluate()  # every process gets the whole result
+    torch.save(
+        {"rewards": [result.reward, *result.per_prompt.values()]}, out / f"ddp_eval{rank}.pt"
+    )
+
+
 def ckpt_dir(run_dir: Path, iteration: int) -> Path:
     from genrl.checkpoint import checkpoint_dir
 
@@ -130,6 +148,9 @@ def main() -> None:
         return
     if sys.argv[4:] == ["from_ddp"]:
         from_ddp(out, model, lora, rank)
+        return
+    if sys.argv[4:] == ["ddp_eval"]:
+        ddp_eval(out, model, lora, rank)
         return
     result = {}
     for mode in ("ddp", "fsdp"):
