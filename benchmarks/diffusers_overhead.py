@@ -236,65 +236,47 @@ def stock_kwargs(family: str, guidance: float) -> dict[str, Any]:
     return {**description.call, **CALL_ONLY.get(family, {}), **description.stock_cfg(guidance)}
 
 
-def pipe_rollout(
-    pipe: Any, unique: list[Any], args: argparse.Namespace, device: torch.device, family: str
-) -> Callable[[int], torch.Tensor]:
-    """A plain ``pipe(...)`` call on the same prompts, returning latents."""
+def stock_calls(family: str, unique: list[Any], guidance: float) -> list[dict[str, Any]]:
+    """The stock pipeline's per-call arguments for one rollout of ``unique``: one call for the
+    batch, or, for Qwen-Image-Edit, one per prompt with its reference image (its documented
+    use; CFG is ``true_cfg_scale`` with a negative prompt)."""
+    from family_table import true_cfg
+
     if family == EDIT:
-        return edit_pipe_rollout(pipe, unique, args, device)
-    stock = stock_kwargs(family, args.guidance)
+        cfg = true_cfg(guidance)
+        return [{"image": p.columns["images"][0], "prompt": str(p), **cfg} for p in unique]
+    stock = stock_kwargs(family, guidance)
     if isinstance(stock.get("negative_prompt"), str):
         # One per prompt: FLUX and QwenImage repeat a single negative prompt only
         # num_images_per_prompt times, not once per prompt.
         stock["negative_prompt"] = [stock["negative_prompt"]] * len(unique)
-
-    def run(iteration: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(args.seed * 1_000_003 + iteration)
-        with torch.no_grad(), autocast(device, args.dtype):
-            latents = pipe(
-                prompt=list(unique),  # ZImagePipeline templates its prompt list in place
-                num_images_per_prompt=args.group_size,
-                num_inference_steps=args.steps,
-                height=args.height,
-                width=args.width,
-                generator=generator,
-                output_type="latent",
-                **stock,
-            ).images
-        synchronize(device)
-        return latents
-
-    return run
+    return [{"prompt": list(unique), **stock}]
 
 
-def edit_pipe_rollout(
-    pipe: Any, unique: list[Any], args: argparse.Namespace, device: torch.device
+def pipe_rollout(
+    pipe: Any, unique: list[Any], args: argparse.Namespace, device: torch.device, family: str
 ) -> Callable[[int], torch.Tensor]:
-    """``QwenImageEditPipeline`` as documented: one call per prompt with its reference image;
-    CFG is ``true_cfg_scale`` with a negative prompt."""
-    from family_table import true_cfg
-
-    cfg = true_cfg(args.guidance)
+    """Plain ``pipe(...)`` calls on the same prompts (``stock_calls``), returning latents."""
+    calls = stock_calls(family, unique, args.guidance)
 
     def run(iteration: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + iteration)
+        parts = []
         with torch.no_grad(), autocast(device, args.dtype):
-            latents = torch.cat(
-                [
+            for call in calls:
+                prompt = call["prompt"]  # a copy: ZImagePipeline templates its list in place
+                parts.append(
                     pipe(
-                        image=prompt.columns["images"][0],
-                        prompt=str(prompt),
+                        **{**call, "prompt": list(prompt) if isinstance(prompt, list) else prompt},
                         num_images_per_prompt=args.group_size,
                         num_inference_steps=args.steps,
                         height=args.height,
                         width=args.width,
                         generator=generator,
                         output_type="latent",
-                        **cfg,
                     ).images
-                    for prompt in unique
-                ]
-            )
+                )
+        latents = parts[0] if len(parts) == 1 else torch.cat(parts)
         synchronize(device)
         return latents
 

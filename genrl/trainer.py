@@ -187,7 +187,6 @@ class Trainer:
         """Save the trained weights in the model ecosystem's own format (e.g. diffusers LoRA
         weights) on the main process; the EMA weights when the run keeps an EMA, since those
         are what the held-out evaluation scores."""
-        path = None
         with zero3_gathered(self.policy.network, self.accelerator):  # a collective under ZeRO-3
             path = self._export(directory)
         self.accelerator.wait_for_everyone()
