@@ -48,6 +48,22 @@ def test_problems_are_deterministic_and_split() -> None:
     assert list(first[0].image().getdata()) == list(image.getdata())
 
 
+def test_heldout_existence_answers_are_balanced() -> None:
+    # A constant "yes" or "no" must not beat chance on the held-out existence questions.
+    heldout = make_problems(1000, 0, "heldout")
+    lead = 0
+    for problem in heldout:
+        if problem.kind == "exists":
+            lead += 1 if problem.answer == "yes" else -1
+            assert abs(lead) <= 1
+    assert sum(p.kind == "exists" for p in heldout) > 100
+    # The training split is drawn as is (the shipped model was pretrained on it): its
+    # existence answers are not forced to alternate.
+    train = [p.answer for p in make_problems(400, 0, "train") if p.kind == "exists"]
+    leads = [sum(1 if a == "yes" else -1 for a in train[: i + 1]) for i in range(len(train))]
+    assert max(abs(x) for x in leads) > 1
+
+
 def test_answers_by_hand() -> None:
     # A red circle top-left, a blue square top-right, a red triangle bottom-right.
     items = (("circle", "red", 0, 0), ("square", "blue", 1, 0), ("triangle", "red", 1, 1))

@@ -30,6 +30,15 @@ token.
 Splits: a problem belongs to ``"heldout"`` when the sha256 of its scene and question is
 divisible by ``HELDOUT_MODULUS``, otherwise to ``"train"``: a pure function of the problem, so
 the splits never overlap, whatever seed or size is asked for.
+
+Balance: the held-out set keeps the existence answers balanced (``BALANCED_KINDS``: a "yes"
+problem is skipped while it has more "yes" than "no", and the other way round). Without it the
+1,000 held-out problems had 128 "no" to 83 "yes": a "yes" question names a shape in the scene,
+and there are few distinct ones for small scenes, so de-duplication inside the one-in-five
+split drops more of them. A policy that learnt to say "no" to every existence question then
+gained 0.046 held-out accuracy with no vision at all (docs/algorithms/vlm.md). The training
+split is left as drawn (432 "no" to 423 "yes" in the first 4,000): the shipped model was
+pretrained on it, and a training set only needs to be drawn from the task.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ KINDS = ("count", "count_colour", "count_shape", "colour_at", "shape_at", "exist
 DIRECTIONS = ("leftmost", "rightmost", "top", "bottom")
 HELDOUT_MODULUS = 5  # one problem in five is held out
 SPLITS = ("train", "heldout")
+# Question kinds whose answers the held-out split keeps balanced: binary ones, where a constant
+# answer would otherwise score the share of the majority answer.
+BALANCED_KINDS: dict[str, tuple[str, ...]] = {"exists": ("yes", "no")}
 # Every answer the task can ask for; ``MAX_ANSWER_CHARS + 1`` new tokens hold any of them and
 # the end token under a character-level tokenizer.
 ANSWERS = tuple(str(n) for n in range(MAX_SHAPES + 1)) + tuple(COLOURS) + SHAPES + ("yes", "no")
@@ -184,18 +196,26 @@ def random_problem(rng: random.Random) -> Problem:
 
 def make_problems(n: int, seed: int, split: str = "train") -> list[Problem]:
     """``n`` distinct problems of ``split``, the same for the same ``(n, seed, split)``; a
-    shorter list is a prefix of a longer one."""
+    shorter list is a prefix of a longer one. In ``"heldout"`` the answers of each kind in
+    ``BALANCED_KINDS`` never lead one another by more than one problem."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rng = random.Random(f"shapes-{seed}")
     problems: list[Problem] = []
     seen: set[tuple[tuple[Item, ...], str]] = set()
+    answered = {kind: dict.fromkeys(answers, 0) for kind, answers in BALANCED_KINDS.items()}
     while len(problems) < n:
         problem = random_problem(rng)
         key = (tuple(sorted(problem.items)), problem.question)
-        if split_of(problem.items, problem.question) == split and key not in seen:
-            seen.add(key)
-            problems.append(problem)
+        if split_of(problem.items, problem.question) != split or key in seen:
+            continue
+        counts = answered.get(problem.kind) if split == "heldout" else None
+        if counts is not None:
+            if counts[problem.answer] > min(counts.values()):
+                continue  # this answer is ahead: wait for the other one
+            counts[problem.answer] += 1
+        seen.add(key)
+        problems.append(problem)
     return problems
 
 
