@@ -28,11 +28,11 @@ def test_every_registered_set_evaluates_on_prompts_training_never_sees(name: str
 
 
 def test_shapes_texts_repeat_across_splits_but_their_pictures_do_not() -> None:
-    """Why prompts are compared with their columns: 72 held-out questions of the shapes task
+    """Why prompts are compared with their columns: 63 held-out questions of the shapes task
     have the text of a training question (``"<question> (#index)"``) and another picture."""
     source = PROMPT_SETS["shapes_vqa"]()
     texts = {str(p) for p in source.train}
-    assert sum(str(p) in texts for p in source.eval) == 72
+    assert sum(str(p) in texts for p in source.eval) == 63
     assert shared_prompts(source.train, source.eval) == 0
 
 
