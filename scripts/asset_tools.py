@@ -52,14 +52,21 @@ def main(
     out_dir: Path,
     command: str,
     build: Callable[[Path], dict[str, Any]],
+    rescore: Callable[[Path], dict[str, Any]] | None = None,
 ) -> int:
     """``build`` into ``--out``; ``--check`` the shipped files; ``--reproduce``: the shipped
-    files must match a fresh build's sha256s."""
+    files must match a fresh build's sha256s; ``--rescore`` (when given): re-measure the
+    shipped files' metrics into their manifest."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="verify shipped files vs manifest")
     parser.add_argument("--reproduce", action="store_true", help="rebuild and compare sha256s")
     parser.add_argument("--out", type=Path, default=out_dir, help="output directory")
+    if rescore is not None:
+        parser.add_argument("--rescore", action="store_true", help="re-measure the metrics")
     args = parser.parse_args(argv)
+    if rescore is not None and args.rescore:
+        rescore(args.out)
+        return 0
     if args.check:
         return check(args.out, command)
     if args.reproduce:

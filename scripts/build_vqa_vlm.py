@@ -293,13 +293,7 @@ def rescore(out: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--rescore" in args:
-        args.remove("--rescore")
-        out = Path(args[args.index("--out") + 1]) if "--out" in args else OUT_DIR
-        rescore(out)
-        return 0
-    return asset_tools.main(args, __doc__.split("\n", 1)[0], OUT_DIR, COMMAND, build)
+    return asset_tools.main(argv, __doc__.split("\n", 1)[0], OUT_DIR, COMMAND, build, rescore)
 
 
 if __name__ == "__main__":
