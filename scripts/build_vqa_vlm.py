@@ -6,9 +6,11 @@
     python scripts/build_vqa_vlm.py --rescore    # re-measure the shipped model's held-out metrics
 
 A tiny Qwen2-VL (the real architecture: a ViT with 2x2 patch merging, multimodal RoPE, the
-Qwen2-VL image processor) over a character-level tokenizer that has Qwen's special tokens,
-fine-tuned on the train split of ``reward_models.tasks.shapes``: the chat-formatted question with
-its picture, then the answer and ``<|im_end|>`` (loss on those tokens only). It is left weak so
+Qwen2-VL image processor) over a small word-level tokenizer (``task_words``: one token per word
+the task's questions and answers use, one per character for anything else, and Qwen's special
+tokens kept whole), fine-tuned on the train split of ``reward_models.tasks.shapes``: the
+chat-formatted question with its picture, then the answer and ``<|im_end|>`` (loss on those
+tokens only). It is left weak so
 GRPO has headroom: training stops at the first evaluation (every ``TRAIN["eval_every"]`` steps,
 on train-split problems the model never saw) whose greedy accuracy reaches
 ``TRAIN["stop_accuracy"]``, and the build fails unless the held-out greedy accuracy lands in
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 import sys
 import time
@@ -83,23 +86,48 @@ TRAIN = {
     "eval_every": 50,
     "eval_problems": 200,
     "eval_seed": 1,
-    "stop_accuracy": 0.45,
+    "stop_accuracy": 0.35,
 }
 EVAL = {"problems": 200, "problem_seed": 0, "max_new_tokens": shapes.MAX_ANSWER_CHARS + 1}
 # The build fails unless the held-out greedy accuracy lands here: weak but trainable.
 ACCEPT = {"heldout_greedy_accuracy": [0.2, 0.7]}
 
 
+def task_words() -> list[str]:
+    """Every word of two letters or more in the task's questions and answers (from a fixed
+    sample of training problems, which covers every template), and the chat roles."""
+    words = {"user", "assistant"}
+    for problem in shapes.make_problems(2000, 0, "train"):
+        words.update(re.findall(r"[A-Za-z]{2,}", f"{problem.question} {problem.answer}"))
+    missing = [a for a in shapes.ANSWERS if len(a) > 1 and a not in words]
+    if missing:
+        raise RuntimeError(f"the sample of problems misses the answers {missing}")
+    return sorted(words)
+
+
 def build_processor() -> Any:
-    """Character-level tokenizer with Qwen's special tokens, and the Qwen2-VL processors."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """A word-level tokenizer for the task's words (characters for everything else) with
+    Qwen's special tokens, and the Qwen2-VL processors.
+
+    Whole words keep the sequences short (about 30 text tokens a prompt instead of about 70
+    characters), which is what a VLM's sub-word tokenizer does too; an unseen word still
+    tokenizes, character by character."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor, Qwen2VLProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+    words = task_words()
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS) + words)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="?"))
-    backend.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    # A known word (longest first, whole words only) is one piece, any other character another.
+    known = "|".join(sorted(words, key=len, reverse=True))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(rf"\b(?:{known})\b|[\s\S]"), "isolated")
     backend.decoder = decoders.Fuse()
+    # Special tokens are matched before pre-tokenization only once they are added tokens;
+    # ``extra_special_tokens`` alone left ``<|im_start|>`` split into 12 characters.
+    backend.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token="<|endoftext|>",
@@ -169,7 +197,8 @@ def train(model: Any, processor: Any, stop: Any) -> dict[str, Any]:
             text=texts, images=[[p.image()] for _, p in batch], return_tensors="pt", padding=True
         )
         ids = out["input_ids"]
-        lengths = torch.tensor([len(p.answer) + 1 for _, p in batch])[:, None]
+        answer_ids = processor.tokenizer([p.answer + "<|im_end|>" for _, p in batch])["input_ids"]
+        lengths = torch.tensor([len(a) for a in answer_ids])[:, None]
         width = ids.shape[1]
         labels = torch.where(torch.arange(width)[None, :] >= width - lengths, ids, -100)
         loss = model(**out, labels=labels).loss
@@ -252,7 +281,7 @@ def build(out: Path) -> dict[str, Any]:
     model.save_pretrained(out)
     processor.save_pretrained(out)
     manifest = {
-        "description": "Tiny Qwen2-VL for reward_models.tasks.shapes; char-level tokenizer",
+        "description": "Tiny Qwen2-VL for reward_models.tasks.shapes; word-level tokenizer",
         "command": COMMAND,
         "format": "chat template with the picture, then '<question> (#i)'; answer + <|im_end|>",
         "task": {"image_size": shapes.IMAGE_SIZE, "kinds": list(shapes.KINDS)},

@@ -154,6 +154,25 @@ def test_asset_matches_its_manifest() -> None:
     assert 0.2 <= manifest["metrics"]["heldout"]["greedy_accuracy"] <= 0.7
 
 
+def test_shipped_tokenizer_keeps_words_and_special_tokens_whole() -> None:
+    """Every answer is one token (then the end token), the chat's special tokens are single
+    tokens (``<|im_start|>`` once came out as 12 characters), a word the task never uses still
+    tokenizes character by character, and decoding gives the text back."""
+    from transformers import AutoProcessor
+
+    from reward_models.tasks.shapes import ANSWERS
+
+    tokenizer = AutoProcessor.from_pretrained(ASSET_DIR).tokenizer
+    for answer in ANSWERS:
+        assert len(tokenizer(answer + "<|im_end|>")["input_ids"]) == 2, answer
+    text = "<|im_start|>user\nIs there a red square? (#12) hello<|im_end|>"
+    ids = tokenizer(text)["input_ids"]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    assert tokens[:3] == ["<|im_start|>", "user", "\n"] and tokens[-1] == "<|im_end|>"
+    assert "square" in tokens and tokens[-6:-1] == list("hello")
+    assert tokenizer.decode(ids) == text
+
+
 def test_embedded_policy_answers_in_the_task_format() -> None:
     from samplers.autoregressive import TokenSampler
 

@@ -8,8 +8,8 @@ Pictures: ``IMAGE_SIZE`` x ``IMAGE_SIZE`` pixels on a white background, split in
 ``GRID`` x ``GRID`` grid of cells; 1 to ``MAX_SHAPES`` shapes (``SHAPES``) in distinct cells,
 each in one of ``COLOURS``, drawn with PIL (a one-pixel jitter inside its cell). The 2 x 2 grid
 of 16-pixel cells lines up with the embedded Qwen2-VL's vision tokens (4-pixel patches merged
-2 x 2); with a 3 x 3 grid of 10-pixel cells its pretraining stayed at the answer priors (about
-0.35 accuracy) for 600 steps.
+2 x 2); with a 3 x 3 grid of 10-pixel cells its pretraining (under the character-level tokenizer it
+had then) stayed at the answer priors (about 0.35 accuracy) for 600 steps.
 
 Questions (``KINDS``), each with a one-word answer:
 
@@ -67,7 +67,7 @@ SPLITS = ("train", "heldout")
 # answer would otherwise score the share of the majority answer.
 BALANCED_KINDS: dict[str, tuple[str, ...]] = {"exists": ("yes", "no")}
 # Every answer the task can ask for; ``MAX_ANSWER_CHARS + 1`` new tokens hold any of them and
-# the end token under a character-level tokenizer.
+# the end token under any tokenizer (the embedded model's spends one token on each).
 ANSWERS = tuple(str(n) for n in range(MAX_SHAPES + 1)) + tuple(COLOURS) + SHAPES + ("yes", "no")
 MAX_ANSWER_CHARS = max(len(a) for a in ANSWERS)
 
