@@ -10,12 +10,11 @@ Qwen2-VL image processor) over a small word-level tokenizer (``task_words``: one
 the task's questions and answers use, one per character for anything else, and Qwen's special
 tokens kept whole), fine-tuned on the train split of ``reward_models.tasks.shapes``: the
 chat-formatted question with its picture, then the answer and ``<|im_end|>`` (loss on those
-tokens only). It is left weak so
-GRPO has headroom: training stops at the first evaluation (every ``TRAIN["eval_every"]`` steps,
-on train-split problems the model never saw) whose greedy accuracy reaches
-``TRAIN["stop_accuracy"]``, and the build fails unless the held-out greedy accuracy lands in
-``ACCEPT``. One thread, deterministic kernels, explicit generators: identical bits on the same
-machine and torch build.
+tokens only). It is left weak so GRPO has headroom: training stops at the first evaluation
+(every ``TRAIN["eval_every"]`` steps, on train-split problems the model never saw) whose greedy
+accuracy reaches ``TRAIN["stop_accuracy"]``, and the build fails unless the held-out greedy
+accuracy lands in ``ACCEPT``. One thread, deterministic kernels, explicit generators: identical
+bits on the same machine and torch build.
 """
 
 from __future__ import annotations
