@@ -8,8 +8,8 @@ Pictures: ``IMAGE_SIZE`` x ``IMAGE_SIZE`` pixels on a white background, split in
 ``GRID`` x ``GRID`` grid of cells; 1 to ``MAX_SHAPES`` shapes (``SHAPES``) in distinct cells,
 each in one of ``COLOURS``, drawn with PIL (a one-pixel jitter inside its cell). The 2 x 2 grid
 of 16-pixel cells lines up with the embedded Qwen2-VL's vision tokens (4-pixel patches merged
-2 x 2); with a 3 x 3 grid of 10-pixel cells its pretraining (under the character-level tokenizer it
-had then) stayed at the answer priors (about 0.35 accuracy) for 600 steps.
+2 x 2); with a 3 x 3 grid of 10-pixel cells its pretraining (under the character-level
+tokenizer it had then) stayed at the answer priors (about 0.35 accuracy) for 600 steps.
 
 Questions (``KINDS``), each with a one-word answer:
 
