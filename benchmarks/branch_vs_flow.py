@@ -22,7 +22,7 @@ SD3 pipeline of the tests (random weights, 32 px, a tiny CLIPScore reward).
     python benchmarks/branch_vs_flow.py --curves docs/algorithms/branch_grpo_curves.png
         # also: held-out reward against wall-clock, 3 seeds per method, on the embedded task
 
-The last line is one JSON object (DESIGN.md section 7) with, for the embedded task,
+The last line is one JSON object (benchmarks/README.md) with, for the embedded task,
 ``branch_over_flow_iter_time`` (the recipe's BranchGRPO, every edge trained),
 ``branch_pruned_over_flow_iter_time`` (the reference's depth and width pruning) beside it, and
 ``per_depth_batching_speedup`` (target >= 2).
@@ -148,7 +148,7 @@ def curves(path: Path, seeds: list[int], root: Path) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     from genrl import Trainer
-    from genrl.metrics import read_metrics
+    from genrl.reporting.metrics import read_metrics
 
     results: dict[str, Any] = {}
     figure, axis = plt.subplots(figsize=(6, 4))

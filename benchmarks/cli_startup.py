@@ -20,9 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": [sys.executable, "-c", "pass"],
-    "genrl --help": [sys.executable, "-m", "genrl.cli", "--help"],
-    "genrl train --help": [sys.executable, "-m", "genrl.cli", "train", "--help"],
-    "genrl train --bogus (argument error)": [sys.executable, "-m", "genrl.cli", "train", "--bogus"],
+    "genrl --help": [sys.executable, "-m", "genrl.cli.main", "--help"],
+    "genrl train --help": [sys.executable, "-m", "genrl.cli.main", "train", "--help"],
+    "genrl train --bogus (argument error)": [
+        sys.executable,
+        "-m",
+        "genrl.cli.main",
+        "train",
+        "--bogus",
+    ],
 }
 
 

@@ -84,7 +84,7 @@ def train_one(
     if cache.is_file():
         return {**json.loads(cache.read_text()), "cached": True}
     from genrl import Trainer, get_recipe
-    from genrl.metrics import read_metrics
+    from genrl.reporting.metrics import read_metrics
 
     run_dir, store = out / "runs" / key, out / "runs" / f"{key}-store"
     config = get_recipe(METHODS[method][0])

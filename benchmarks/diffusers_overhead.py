@@ -34,7 +34,7 @@ Usage::
     python benchmarks/diffusers_overhead.py --quick          # smoke run
     python benchmarks/diffusers_overhead.py --device cuda --dtype bfloat16 --height 128 --width 128
 
-The last line of output is one JSON object (DESIGN.md section 7); its headline
+The last line of output is one JSON object (benchmarks/README.md); its headline
 ``rollout_over_pipe_time_ratio`` is ours / pipe median rollout time for the first family
 (target: <= 1.1), ``rollout_over_pipe_time_ratio_by_family`` has every family's and
 ``max_rollout_over_pipe_time_ratio`` the worst.
@@ -64,10 +64,10 @@ from flow_pipes import (
 from timing import DTYPES, autocast, synchronize, time_interleaved
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
-from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise, Streams
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.loop.groups import expand_groups
 from genrl.rollouts.flow_sde import FlowSDERollout
+from genrl.run.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 
 TARGET_RATIO = 1.1  # issue 19: ours / pipe at most 1.1 for every family
 EDIT = "qwenimage_edit"  # prompts with a reference image; not in tests/family_table.FAMILIES
@@ -214,7 +214,7 @@ def family_prompts(
     family: str, unique: list[str], group_size: int
 ) -> tuple[list[Any], list[Any], torch.Tensor]:
     """The distinct prompts and the training batch; Qwen-Image-Edit's carry a reference image."""
-    from pipelines.base import Prompt
+    from tasks.prompt import Prompt
 
     if family != EDIT:
         expanded, group_ids = expand_groups(unique, group_size)
@@ -319,7 +319,7 @@ def train_step(
     args: argparse.Namespace,
     device: torch.device,
 ) -> float:
-    """One optimizer step as ``genrl.optimization.Updater`` takes it; returns the grad norm."""
+    """One optimizer step as ``genrl.loop.optimization.Updater`` takes it; returns the grad norm."""
     policy.module.train()
     with autocast(device, args.dtype):
         loss, _ = objective.loss(policy, minibatch)

@@ -16,7 +16,7 @@ Usage::
 With ``--jobs N`` runs go to N worker processes of one thread each; wall-clock times are then
 those of runs sharing the machine, alike for both algorithms.
 
-The last line of output is one JSON object (DESIGN.md section 7) with, per algorithm, the mean
+The last line of output is one JSON object (benchmarks/README.md) with, per algorithm, the mean
 solved rate before and after, its gain, the mean wall seconds, and
 ``maskgrpo_over_d1_gain_ratio``.
 """
@@ -44,7 +44,7 @@ def run(
     import torch
 
     from genrl import Trainer, get_recipe
-    from genrl.metrics import read_metrics
+    from genrl.reporting.metrics import read_metrics
 
     torch.set_num_threads(1)  # also in spawned workers
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from timing import PhaseTimer, autocast, synchronize
 
-from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise
+from genrl.data.rng import RolloutNoise
+from genrl.loop.groups import expand_groups
 from genrl.rollouts.flow_sde import FlowSDERollout
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"  # tests/diffusers_tiny.py

@@ -25,7 +25,7 @@ Usage::
     python benchmarks/gpu_flow_grpo.py --batch 16 --minibatch 8
     python benchmarks/gpu_flow_grpo.py --device cpu --tiny    # checks the code path, no GPU
 
-The last line of output is one JSON object (DESIGN.md section 7).
+The last line of output is one JSON object (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ import torch
 from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
-from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise, Streams
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.loop.groups import expand_groups
+from genrl.run.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 
 # transformer/config.json of stabilityai/stable-diffusion-3.5-medium.
 SD35_MEDIUM = {
@@ -156,7 +156,7 @@ def build_policy(args: argparse.Namespace, device: torch.device) -> Any:
         StableDiffusion3Pipeline,
     )
 
-    from pipelines.sd3 import SD3Policy
+    from pipelines.diffusers.sd3 import SD3Policy
 
     config = transformer_config(args.tiny)
     dtype = DTYPES[args.dtype]

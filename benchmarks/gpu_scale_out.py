@@ -25,7 +25,7 @@ Usage::
     python benchmarks/gpu_scale_out.py --dry-run            # print the commands (any machine)
 
 Without CUDA (and without ``--dry-run``) it refuses in one line with exit status 2. zero2/zero3
-need ``pip install deepspeed``. The last line of output is one JSON object (DESIGN.md section 7).
+need ``pip install deepspeed``. The last line of output is one JSON object (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def run_worker(args: argparse.Namespace) -> int:
     """One launched process: ``genrl train`` and then this process's peak GPU memory."""
     import torch
 
-    from genrl.cli import main as genrl_main
+    from genrl.cli.main import main as genrl_main
 
     status = genrl_main(args.cli_args)
     rank = int(os.environ.get("RANK", "0"))

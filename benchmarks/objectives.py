@@ -45,7 +45,7 @@ METHODS = {
 def run(method: str, seed: int, root: Path, eval_every: int, iterations: int) -> dict[str, Any]:
     """Train one method with one seed; returns its held-out curve and timings."""
     from genrl import Trainer, get_recipe
-    from genrl.metrics import read_metrics
+    from genrl.reporting.metrics import read_metrics
 
     recipe = METHODS[method][0]
     config = get_recipe(recipe)

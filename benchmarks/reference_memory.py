@@ -3,7 +3,7 @@
 Before issue 17, full fine-tuning deep-copied the network as the KL reference whatever the
 algorithm did with it (a second 12B copy per process for FLUX at ``kl_beta=0``). Now the copy is
 made only when the rollout or the objective uses the reference, and ``policy.reference_offload``
-keeps it on the CPU between uses. Three runs are built with ``genrl.run.build_run`` from the
+keeps it on the CPU between uses. Three runs are built with ``genrl.run.build.build_run`` from the
 ``sd35m_pickscore`` recipe on ``tests/diffusers_tiny.build_sd3`` (``policy.lora_rank=0``):
 
 * ``kl0``: ``kl_beta=0`` (no copy);
@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from flow_pipes import quiet_libraries  # noqa: E402
+from flow_pipes import quiet_libraries
 
 SETTINGS = {
     "kl0": ["algorithm.kl_beta=0.0"],
@@ -49,7 +49,7 @@ def measure(directory: Path, overrides: list[str], device: str, iterate: bool) -
     """Build one run (and train one iteration when ``iterate``); its parameter bytes."""
     from diffusers_tiny import tiny_sd3_run
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     config = tiny_sd3_run(
         directory,

@@ -29,7 +29,7 @@ import torch
 from flow_pipes import quiet_libraries
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_libraries()
     from diffusers_tiny import build_sd3
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     REWARDS["sleepy_brightness"] = SleepyBrightness
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,7 +38,7 @@ def serve(args: argparse.Namespace) -> None:
     import torch
 
     from reward_models.base import RewardModel, RewardOutput
-    from reward_models.server import RewardServer
+    from reward_models.serving.server import RewardServer
 
     torch.set_num_threads(1)
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = """
 import json, sys, torch
 from reward_models.base import RewardModel, RewardOutput
-from reward_models.server import RewardServer
+from reward_models.serving.server import RewardServer
 
 class Zero(RewardModel):
     name = "zero"

@@ -13,7 +13,7 @@ ones cost; no download is needed.
     python benchmarks/rewards.py                 # tiny and realistic sizes
     python benchmarks/rewards.py --sizes tiny    # seconds
 
-The last line is one JSON object (DESIGN.md section 7): per reward and size, ``images_per_s``
+The last line is one JSON object (benchmarks/README.md): per reward and size, ``images_per_s``
 (batched), ``images_per_s_one_by_one`` and ``batched_speedup``.
 """
 
@@ -109,7 +109,7 @@ def build(name: str, size: str, root: Path) -> tuple[Any, torch.Tensor, Callable
         return build_reward("artifact_judge", model=str(llava)), images(batch, 3, 64), nothing
     if name == "remote":
         from reward_models.color import TargetColorReward
-        from reward_models.server import RewardServer
+        from reward_models.serving.server import RewardServer
 
         server = RewardServer(TargetColorReward(), port=0).start()
         reward = build_reward("remote", url=server.address, name="target_color", retries=0)

@@ -14,7 +14,7 @@ Usage::
     python benchmarks/rollout_overhead.py --quick    # smoke run, a few repeats
     python benchmarks/rollout_overhead.py --batch-size 256 --steps 20
 
-The last line of output is one JSON object (DESIGN.md section 7); its headline
+The last line of output is one JSON object (benchmarks/README.md); its headline
 ``sde_over_ode_time_ratio`` is for the first ``--batch-size`` (target: <= 1.15).
 """
 
@@ -33,11 +33,11 @@ from timing import time_interleaved  # benchmarks/timing.py
 
 import genrl
 from genrl.algorithms.flow_grpo import FlowGRPO
-from genrl.groups import expand_groups
-from genrl.rng import RolloutNoise
+from genrl.data.rng import RolloutNoise
+from genrl.loop.groups import expand_groups
 from genrl.rollouts.flow_sde import FlowSDERollout
 from pipelines.toy.policy import ToyDigitsPolicy
-from pipelines.toy.prompts import TEMPLATES, prompt_for
+from tasks.digits import TEMPLATES, prompt_for
 
 RECIPE = "digits_flow_grpo"
 TARGET_RATIO = 1.15

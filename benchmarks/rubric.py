@@ -10,7 +10,7 @@ by a regex verifier; so each sample costs one extraction and three judge questio
     python benchmarks/rubric.py                      # 16 samples, 3 repeats
     python benchmarks/rubric.py --samples 4 --repeats 1
 
-The last line is one JSON object (DESIGN.md section 7): per back-end ``judge_calls`` and
+The last line is one JSON object (benchmarks/README.md): per back-end ``judge_calls`` and
 ``seconds_per_sample`` (batched and one by one) and ``batched_speedup``; the top-level
 ``batched_speedup`` is the local back-end's.
 """

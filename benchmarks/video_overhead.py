@@ -46,7 +46,7 @@ Usage::
     python benchmarks/video_overhead.py --quick          # smoke run
     python benchmarks/video_overhead.py --device cuda --dtype bfloat16
 
-The last line of output is one JSON object (DESIGN.md section 7); its headline
+The last line of output is one JSON object (benchmarks/README.md); its headline
 ``rollout_over_pipe_time_ratio`` is ours / pipe median rollout time (target: <= 1.1), and
 ``peak_memory_mb_by_frames`` maps each frame count to ``{"rollout": MB, "decode": MB, ...}``.
 """
@@ -80,9 +80,9 @@ from flow_pipes import (
 from timing import DTYPES, autocast, synchronize, time_interleaved
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
-from genrl.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 from genrl.rollouts.flow import decode_in_chunks
 from genrl.rollouts.flow_sde import FlowSDERollout
+from genrl.run.config import PolicyConfig, SDESamplingConfig, TrainConfig, TrainLoopConfig
 
 TARGET_RATIO = 1.1
 MMAP_THRESHOLD = 16 * 1024  # bytes; see the module docstring, (c)

@@ -6,7 +6,7 @@ fine-tuning, with:
 
 * the same prompts: generation batch ``k`` of both holds the prompts of genrl's iteration ``k``
   (``PromptSource.sample(P, seed, k)``; TRL reads them in order, ``shuffle_dataset=False``);
-* the same reward: the TRL-style callable ``reward_models.tasks.countdown.countdown_reward``, handed to
+* the same reward: the TRL-style callable ``tasks.countdown.countdown_reward``, handed to
   TRL as a reward function and to genrl through ``reward_models.CallableReward``;
 * the same settings: ``P`` prompts x ``G`` completions per generation batch, 8 new tokens at
   temperature 1 (top-k/top-p off), no KL (beta 0), the per-sequence token-mean loss (TRL
@@ -46,7 +46,7 @@ Usage::
     python benchmarks/vs_trl.py --quick          # smoke run, a few rounds
     python benchmarks/vs_trl.py --configs 2x8 8x8/acc2 --rounds 40
 
-The last line of output is one JSON object (DESIGN.md section 7).
+The last line of output is one JSON object (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from genrl.algorithms.grpo import GRPOConfig  # noqa: E402
-from genrl.config import (  # noqa: E402
+from genrl.algorithms.grpo import GRPOConfig
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     LoggingConfig,
@@ -100,9 +100,9 @@ from genrl.config import (  # noqa: E402
     TrainConfig,
     TrainLoopConfig,
 )
-from pipelines.causal_lm import EMBEDDED_COUNTDOWN_LM  # noqa: E402
-from reward_models import REWARDS, CallableReward  # noqa: E402
-from reward_models.tasks.countdown import MAX_COMPLETION_CHARS, countdown_reward  # noqa: E402
+from pipelines.transformers.causal_lm import EMBEDDED_COUNTDOWN_LM
+from reward_models import REWARDS, CallableReward
+from tasks.countdown import MAX_COMPLETION_CHARS, countdown_reward
 
 TARGET_RATIO = 1.0
 DEFAULT_CONFIGS = ("1x8", "4x16", "4x16/acc4", "4x16/steps2")
@@ -208,7 +208,7 @@ def grad_phase() -> str:
 
 # -- genrl ------------------------------------------------------------------------------------
 def build_genrl(setup: Setup, args: argparse.Namespace, directory: Path) -> tuple[Any, PhaseTimer]:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     REWARDS[REWARD_NAME] = lambda: CallableReward(countdown_reward, name=REWARD_NAME)
     steps = args.warmup + args.rounds

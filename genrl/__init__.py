@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from genrl.api import GRPOTrainer
-    from genrl.config import TrainConfig
-    from genrl.overrides import ConfigError
-    from genrl.recipes import RECIPES, get_recipe
-    from genrl.trainer import Trainer
+    from genrl.config.errors import ConfigError
+    from genrl.loop.trainer import Trainer
+    from genrl.recipes.registry import RECIPES, get_recipe
+    from genrl.run.config import TrainConfig
 
 __version__ = "0.1.0"
 __all__ = [
@@ -38,11 +38,11 @@ __all__ = [
 # Public name -> the module that defines it.
 _LAZY = {
     "GRPOTrainer": "genrl.api",
-    "TrainConfig": "genrl.config",
-    "ConfigError": "genrl.overrides",
-    "RECIPES": "genrl.recipes",
-    "get_recipe": "genrl.recipes",
-    "Trainer": "genrl.trainer",
+    "TrainConfig": "genrl.run.config",
+    "ConfigError": "genrl.config.errors",
+    "RECIPES": "genrl.recipes.registry",
+    "get_recipe": "genrl.recipes.registry",
+    "Trainer": "genrl.loop.trainer",
 }
 
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from genrl.config import RewardSpec, TrainConfig, algorithm_config
-from genrl.overrides import ConfigError
+from genrl.config.errors import ConfigError
+from genrl.run.config import RewardSpec, TrainConfig, algorithm_config
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -141,7 +141,7 @@ def reward_specs(
         weight = 1.0 if weights is None else float(weights[i])
         if isinstance(fn, str):
             if fn not in REWARDS:
-                from genrl.overrides import unknown_message
+                from genrl.config.errors import unknown_message
 
                 raise ConfigError(
                     unknown_message(fn, list(REWARDS), f"reward_funcs.{i}", value=True)
@@ -172,8 +172,8 @@ def register_prompts(dataset: Any, role: str, column: str) -> str:
     """The ``prompts.dataset`` value of ``dataset``: a string (a registered set, a file, an
     ``hf:`` spec) as it is; a ``datasets.Dataset``, a list of strings or a list of row dicts
     registered as a prompt set of its own."""
-    from genrl.prompt_datasets import from_dataset
-    from genrl.prompts import NO_HELDOUT, PromptSource, register_prompt_set
+    from genrl.prompts.datasets import from_dataset
+    from genrl.prompts.sources import NO_HELDOUT, PromptSource, register_prompt_set
 
     if isinstance(dataset, str | Path):
         return str(dataset)
@@ -287,7 +287,7 @@ class GRPOTrainer:
 
     def train(self) -> dict[str, Any]:
         """Train (the models load here); returns the run's ``summary.json`` contents."""
-        from genrl.trainer import Trainer
+        from genrl.loop.trainer import Trainer
 
         if self.trainer is None:
             self.trainer = Trainer(self.config, overwrite=self.overwrite)

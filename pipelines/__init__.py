@@ -12,30 +12,30 @@ POLICIES: dict[str, Any] = {
     "toy_compositional": "pipelines.toy.compositional_policy:ToyCompositionalPolicy",
     # Diffusers flow-matching text-to-image and text-to-video models; flow_image reads the
     # family from the checkpoint's model_index.json.
-    "flow_image": "pipelines.flow_families:flow_image_policy",  # class: RESOLVERS
-    "sd3": "pipelines.sd3:SD3Policy",
-    "flux": "pipelines.flux:FluxPolicy",
-    "sana": "pipelines.sana:SanaPolicy",
-    "lumina2": "pipelines.lumina2:Lumina2Policy",
-    "qwenimage": "pipelines.qwenimage:QwenImagePolicy",
-    "qwenimage_edit": "pipelines.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
-    "zimage": "pipelines.zimage:ZImagePolicy",
-    "chroma": "pipelines.chroma:ChromaPolicy",
-    "flux2": "pipelines.flux2:Flux2Policy",
-    "flux2_klein": "pipelines.flux2:Flux2KleinPolicy",
-    "wan": "pipelines.wan:WanPolicy",  # text-to-video
+    "flow_image": "pipelines.diffusers.flow_families:flow_image_policy",  # class: RESOLVERS
+    "sd3": "pipelines.diffusers.sd3:SD3Policy",
+    "flux": "pipelines.diffusers.flux:FluxPolicy",
+    "sana": "pipelines.diffusers.sana:SanaPolicy",
+    "lumina2": "pipelines.diffusers.lumina2:Lumina2Policy",
+    "qwenimage": "pipelines.diffusers.qwenimage:QwenImagePolicy",
+    "qwenimage_edit": "pipelines.diffusers.qwenimage_edit:QwenImageEditPolicy",  # + a reference image
+    "zimage": "pipelines.diffusers.zimage:ZImagePolicy",
+    "chroma": "pipelines.diffusers.chroma:ChromaPolicy",
+    "flux2": "pipelines.diffusers.flux2:Flux2Policy",
+    "flux2_klein": "pipelines.diffusers.flux2:Flux2KleinPolicy",
+    "wan": "pipelines.diffusers.wan:WanPolicy",  # text-to-video
     # Token policies.
-    "causal_lm": "pipelines.causal_lm:CausalLMPolicy",
-    "countdown_lm": "pipelines.causal_lm:countdown_lm",
-    "masked_lm": "pipelines.masked_lm:MaskedLMPolicy",
-    "sudoku_dllm": "pipelines.masked_lm:sudoku_dllm",
-    "vlm": "pipelines.vlm:VLMPolicy",  # vision-language models (prompts carry images)
-    "shapes_vlm": "pipelines.vlm:shapes_vlm",
+    "causal_lm": "pipelines.transformers.causal_lm:CausalLMPolicy",
+    "countdown_lm": "pipelines.transformers.causal_lm:countdown_lm",
+    "masked_lm": "pipelines.transformers.masked_lm:MaskedLMPolicy",
+    "sudoku_dllm": "pipelines.transformers.masked_lm:sudoku_dllm",
+    "vlm": "pipelines.transformers.vlm:VLMPolicy",  # vision-language models (prompts carry images)
+    "shapes_vlm": "pipelines.transformers.vlm:shapes_vlm",
 }
 
 
 # name -> "module:function" giving the class of a checkpoint (its family's adapter).
-RESOLVERS: dict[str, str] = {"flow_image": "pipelines.flow_families:flow_image_class"}
+RESOLVERS: dict[str, str] = {"flow_image": "pipelines.diffusers.flow_families:flow_image_class"}
 
 
 def policy_class(name: str, pretrained: str | None = None) -> Any:

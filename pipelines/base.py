@@ -4,7 +4,7 @@
 through peft, or all of them), the reference-policy context (adapter disabled, or a frozen copy
 under full fine-tuning, made only when the run uses it), state dicts for checkpoints, and export. ``FlowPolicy`` adds what
 flow-matching algorithms need: prompt encoding, velocity with optional classifier-free guidance,
-the noise schedule and decoding to images. Token policies (``pipelines/causal_lm.py``) derive from
+the noise schedule and decoding to images. Token policies (``pipelines/transformers/causal_lm.py``) derive from
 ``TrainablePolicy`` too.
 """
 
@@ -13,51 +13,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 Condition = dict[str, torch.Tensor]
-
-
-class Prompt(str):
-    """A prompt's text together with the other columns of its dataset row: ``images`` that a
-    vision-language policy reads, ``answer`` or ``rubric`` that a reward reads, and the row's
-    index, since rows may share a text ("Find x.") and differ in their images.
-
-    It is a ``str``, so text-level code (formatting, logs) treats it as its text; code that
-    keeps per-prompt state (trackers, per-prompt tables, caches) keys it by ``prompt_id``,
-    which tells rows apart. A plain ``str`` is a prompt without columns.
-    """
-
-    columns: dict[str, Any]
-    row: int | None
-
-    def __new__(
-        cls, text: str, columns: Mapping[str, Any] | None = None, row: int | None = None
-    ) -> Prompt:
-        prompt = super().__new__(cls, text)
-        prompt.columns = dict(columns or {})
-        prompt.row = row
-        return prompt
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keeps the columns through pickling
-        return (Prompt, (str(self), self.columns, self.row))
-
-
-def prompt_columns(prompt: str) -> dict[str, Any]:
-    """The dataset columns a prompt carries (none for a plain ``str``)."""
-    return getattr(prompt, "columns", {})
-
-
-def prompt_id(prompt: str) -> str:
-    """A plain ``str`` that identifies a prompt: its text, with ``#row`` for a dataset row (rows
-    may share a text). Safe as a checkpointed dict key."""
-    row = getattr(prompt, "row", None)
-    return str(prompt) if row is None else f"{prompt} #{row}"
 
 
 def cat_conditions(a: Condition, b: Condition) -> Condition:

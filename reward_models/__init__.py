@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from typing import Any
 
 from reward_models.base import CallableReward, RewardModel, RewardOutput
@@ -40,8 +41,8 @@ REWARDS: dict[str, Any] = {
     "subject_consistency": "reward_models.vbench:SubjectConsistency",
     "background_consistency": "reward_models.vbench:BackgroundConsistency",
     "motion_smoothness": "reward_models.vbench:MotionSmoothness",
-    "rubric": "reward_models.rubric:RubricReward",
-    "rubric_pow3r": "reward_models.rubric_pow3r:Pow3rRubricReward",
+    "rubric": "reward_models.rubric.reward:RubricReward",
+    "rubric_pow3r": "reward_models.rubric.pow3r:Pow3rRubricReward",
 }
 
 
@@ -59,8 +60,25 @@ def reward_class(name: str) -> Any:
 
 
 def build_reward(name: str, /, **kwargs: Any) -> RewardModel:
-    """Instantiate the reward registered as ``name``."""
-    return reward_class(name)(**kwargs)
+    """Instantiate the reward registered as ``name``.
+
+    A reward that wraps others (``corrected_score``) names the arguments that hold them in
+    ``nested_rewards``; each such argument given as a spec, ``{"name": ..., "kwargs": {...}}``,
+    is built here first, so the wrapper never reaches back into this registry. The wrapper's
+    ``device`` goes to every inner reward that takes one and whose spec leaves it unset.
+    """
+    cls = reward_class(name)
+    for argument in getattr(cls, "nested_rewards", ()):
+        spec = kwargs.get(argument)
+        if isinstance(spec, dict) and "name" not in spec:
+            raise ValueError(f"{name}: {argument} must be a {{'name': ..., 'kwargs': ...}} spec")
+        if isinstance(spec, dict):
+            inner = dict(spec.get("kwargs", {}))
+            takes_device = "device" in inspect.signature(reward_class(spec["name"])).parameters
+            if "device" in kwargs and "device" not in inner and takes_device:
+                inner["device"] = kwargs["device"]
+            kwargs[argument] = build_reward(spec["name"], **inner)
+    return cls(**kwargs)
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The reward-model contract (DESIGN.md section 3).
+"""The reward-model contract (docs/rewards.md).
 
 A reward model is called on a batch of decoded outputs with their prompts and returns named score
 vectors. Its *primary* score (the one named like the reward) is what training uses; other scores
@@ -145,7 +145,7 @@ def local_or_hub_file(
         return local
     from huggingface_hub import hf_hub_download
 
-    from pipelines.loading import require_local_or_reachable
+    from loading.hub import require_local_or_reachable
 
     require_local_or_reachable(repo, local_hint(argument, "FILE"), filename=filename)
 

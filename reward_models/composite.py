@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from pipelines.loading import MissingExtraError, ModelNotCachedError, missing_extra
+from loading.extras import MissingExtraError, missing_extra
+from loading.hub import ModelNotCachedError
 from reward_models.base import RewardModel, RewardOutput
 
 

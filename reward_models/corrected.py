@@ -22,30 +22,39 @@ class CorrectedScore(RewardModel):
     """``reward * (mean(quality sub-scores) - pivot) + offset``.
 
     Args:
-        reward: spec of the task reward, ``{"name": ..., "kwargs": {...}}``.
-        quality: spec of the quality reward (e.g. a ``remote`` UnifiedReward server).
+        reward: the task reward; given to ``build_reward`` as a spec,
+            ``{"name": ..., "kwargs": {...}}``, which the registry builds (``nested_rewards``).
+        quality: the quality reward (e.g. a ``remote`` UnifiedReward server), likewise.
         quality_scores: which of the quality reward's scores to average (default: its primary).
         pivot: quality at which the correction changes sign (paper: 3 on a 1-5 scale).
         offset: added constant (paper: 0.2).
-        device: handed to the inner rewards that take one and whose spec leaves it unset (the
-            trainer passes this process's accelerator).
+        device: handed by the registry to the inner rewards that take one and whose spec
+            leaves it unset (the trainer passes this process's accelerator).
 
     Samples for which the task reward is not applicable are not applicable here either.
     """
 
     name = "corrected_score"
+    nested_rewards = ("reward", "quality")
+    """Arguments that ``build_reward`` builds from specs before this class sees them."""
 
     def __init__(
         self,
-        reward: dict[str, Any],
-        quality: dict[str, Any],
+        reward: RewardModel,
+        quality: RewardModel,
         quality_scores: list[str] | None = None,
         pivot: float = 3.0,
         offset: float = 0.2,
         device: Any = "cpu",
     ) -> None:
-        self.reward = _build(reward, device)
-        self.quality = _build(quality, device)
+        del device  # used by the registry, for the inner rewards
+        for value in (reward, quality):
+            if not isinstance(value, RewardModel):
+                raise TypeError(
+                    "corrected_score takes built rewards; give specs to "
+                    "build_reward('corrected_score', reward={...}, quality={...})"
+                )
+        self.reward, self.quality = reward, quality
         self.quality_scores = quality_scores or [self.quality.name]
         self.pivot, self.offset = pivot, offset
         # Both inner rewards score the same outputs.
@@ -72,17 +81,3 @@ class CorrectedScore(RewardModel):
         return RewardOutput(
             {self.name: corrected, "reward": task, "quality": mean_quality}, applicable
         )
-
-
-def _build(spec: dict[str, Any], device: Any) -> RewardModel:
-    import inspect
-
-    from reward_models import build_reward, reward_class
-
-    kwargs = dict(spec.get("kwargs", {}))
-    if (
-        "device" not in kwargs
-        and "device" in inspect.signature(reward_class(spec["name"])).parameters
-    ):
-        kwargs["device"] = device
-    return build_reward(spec["name"], **kwargs)

@@ -30,7 +30,7 @@ class DigitClassifierReward(RewardModel):
     @property
     def model(self) -> torch.nn.Module:
         if self._model is None:
-            from pipelines.toy.models import load_classifier
+            from tasks.digits import load_classifier
 
             self._model = load_classifier(self.path).to(self.device).eval()
         return self._model
@@ -39,7 +39,7 @@ class DigitClassifierReward(RewardModel):
     def score(
         self, outputs: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from pipelines.toy.prompts import parse_prompt
+        from tasks.digits import parse_prompt
 
         if outputs.ndim != 4 or tuple(outputs.shape[1:]) != (1, 8, 8):
             raise ValueError(

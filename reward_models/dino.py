@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.loading import require_local_or_reachable
+from loading.hub import require_local_or_reachable
 from reward_models.base import RewardModel, RewardOutput, local_hint
 from reward_models.vision import ImagePreprocess
 

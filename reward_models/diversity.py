@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from pipelines.base import prompt_id
 from reward_models.base import RewardModel, RewardOutput
+from tasks.prompt import prompt_id
 
 
 class SampleDiversity(RewardModel):

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from pipelines.loading import require_local_or_reachable
+from loading.hub import require_local_or_reachable
 from reward_models.aesthetic import AestheticMLP
 from reward_models.base import RewardModel, RewardOutput, local_hint, local_or_hub_file
 from reward_models.vision import ImagePreprocess

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipelines.loading import require_local_or_reachable
+from loading.hub import require_local_or_reachable
 from reward_models.base import local_hint
 from reward_models.composite import RewardError
 from reward_models.remote import post_json

@@ -104,7 +104,7 @@ class MovingDigitReward(RewardModel):
     @property
     def model(self) -> torch.nn.Module:
         if self._model is None:
-            from pipelines.toy.models import load_classifier
+            from tasks.digits import load_classifier
 
             self._model = load_classifier(self.path).to(self.device).eval()
         return self._model
@@ -113,7 +113,7 @@ class MovingDigitReward(RewardModel):
     def score(
         self, outputs: torch.Tensor, prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from pipelines.toy.video_prompts import DIRECTION_STEPS, parse_video_prompt
+        from tasks.video_digits import DIRECTION_STEPS, parse_video_prompt
 
         if outputs.ndim != 5 or outputs.shape[2] != 1 or min(outputs.shape[3:]) < WINDOW:
             raise ValueError(

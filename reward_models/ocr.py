@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from pipelines.loading import require_local_or_reachable
+from loading.hub import require_local_or_reachable
 from reward_models.base import RewardModel, RewardOutput, local_hint
 
 

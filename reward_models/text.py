@@ -11,7 +11,7 @@ from reward_models.base import RewardModel, RewardOutput
 
 class CountdownReward(RewardModel):
     """``countdown``: 1 for a correct equation using exactly the prompt's numbers, 0.1 for a
-    well-formed wrong one, 0 otherwise (``reward_models.tasks.countdown``); also logs ``accuracy``."""
+    well-formed wrong one, 0 otherwise (``tasks.countdown``); also logs ``accuracy``."""
 
     name = "countdown"
     accepts = ("texts",)
@@ -25,7 +25,7 @@ class CountdownReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from reward_models.tasks.countdown import CORRECT_REWARD, answer_in_tags, countdown_reward
+        from tasks.countdown import CORRECT_REWARD, answer_in_tags, countdown_reward
 
         del metadata
         if isinstance(outputs, torch.Tensor):
@@ -74,7 +74,7 @@ class OverlongPenalty(RewardModel):
 
 class SudokuReward(RewardModel):
     """``sudoku``: fraction of the puzzle's blank cells filled correctly
-    (``reward_models.tasks.sudoku``), plus ``solved_bonus`` when every blank is right; also logs
+    (``tasks.sudoku``), plus ``solved_bonus`` when every blank is right; also logs
     ``solved`` (0/1).
 
     Args:
@@ -92,7 +92,7 @@ class SudokuReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from reward_models.tasks.sudoku import sudoku_reward
+        from tasks.sudoku import sudoku_reward
 
         del metadata
         if isinstance(outputs, torch.Tensor):
@@ -106,7 +106,7 @@ class ShapesVQAReward(RewardModel):
     """``shapes_vqa``: 1 when the first word of the completion's first line (lower-cased,
     without surrounding punctuation) is the prompt's ``answer`` column, 0.1 when it is another
     answer the task can give (a digit, colour, shape, yes or no), 0 otherwise
-    (``reward_models.tasks.shapes``); also logs ``accuracy`` (0/1) and, where prompts carry
+    (``tasks.shapes``); also logs ``accuracy`` (0/1) and, where prompts carry
     the ``kind`` column, ``accuracy/<kind>`` (NaN on the other kinds' samples, so that its
     mean is that kind's accuracy) and ``exists/says_yes`` (1 for a "yes" to an ``exists``
     question): a policy that answers every existence question alike shows there, since its
@@ -119,7 +119,7 @@ class ShapesVQAReward(RewardModel):
     def score(
         self, outputs: list[str], prompts: list[str], metadata: list[dict[str, Any]] | None
     ) -> RewardOutput:
-        from reward_models.tasks.shapes import CORRECT_REWARD, normalise, shapes_reward
+        from tasks.shapes import CORRECT_REWARD, normalise, shapes_reward
 
         if isinstance(outputs, torch.Tensor):
             raise ValueError(f"{self.name}: expected completion texts, got a tensor")

@@ -248,7 +248,7 @@ class BackgroundConsistency(FeatureConsistency):
         if self._model is None:
             from transformers import CLIPModel
 
-            from pipelines.loading import require_local_or_reachable
+            from loading.hub import require_local_or_reachable
             from reward_models.base import local_hint
 
             require_local_or_reachable(self.model_id, local_hint("model"))

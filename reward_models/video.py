@@ -48,17 +48,15 @@ def frame_indices(num_frames: int, frames: FrameSpec) -> list[int]:
     return [int(i) % num_frames for i in frames]
 
 
-def build_inner(spec: dict[str, Any] | RewardModel, device: Any, owner: str) -> RewardModel:
-    """A reward from a ``{"name": ..., "kwargs": {...}}`` spec (``device`` handed to it when it
-    takes one and the spec leaves it unset, as ``corrected_score`` builds its inner rewards) or
-    an already built one."""
-    if isinstance(spec, RewardModel):
-        return spec
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise ValueError(f"{owner}: reward must be a {{'name': ..., 'kwargs': ...}} spec")
-    from reward_models.corrected import _build
-
-    return _build(spec, device)
+def build_inner(reward: Any, owner: str) -> RewardModel:
+    """The inner reward of a wrapper: built by the registry from its spec (``nested_rewards``),
+    or given built."""
+    if not isinstance(reward, RewardModel):
+        raise ValueError(
+            f"{owner}: reward must be a built reward, or a {{'name': ..., 'kwargs': ...}} spec "
+            f"given to build_reward({owner!r}, reward=...)"
+        )
+    return reward
 
 
 class FrameReward(RewardModel):
@@ -69,13 +67,13 @@ class FrameReward(RewardModel):
     its primary score comes back as ``[B, K]`` and is reduced per video.
 
     Args:
-        reward: the image reward, a spec ``{"name": "clipscore", "kwargs": {...}}`` or a
-            ``RewardModel``.
+        reward: the image reward: a ``RewardModel``, or, through ``build_reward``, a spec
+            ``{"name": "clipscore", "kwargs": {...}}`` that the registry builds.
         frames: ``"all"``, a count of evenly spaced frames (first and last included) or a list
             of indices (``frame_indices``).
         aggregate: ``"mean"`` or ``"min"`` over the frames: the primary score.
         batch_size: frames per call of the image reward (None: all in one call).
-        device: handed to the image reward when its spec leaves it unset.
+        device: handed by the registry to the image reward when its spec leaves it unset.
 
     Scores: ``frame_<reward>`` (the primary, e.g. ``frame_clipscore``), ``frame_mean`` and
     ``frame_min`` of the image reward's primary score over the frames (both logged whatever
@@ -87,10 +85,12 @@ class FrameReward(RewardModel):
     """
 
     accepts = ("videos",)
+    nested_rewards = ("reward",)
+    """Arguments that ``build_reward`` builds from specs before this class sees them."""
 
     def __init__(
         self,
-        reward: dict[str, Any] | RewardModel,
+        reward: RewardModel,
         frames: FrameSpec = "all",
         aggregate: str = "mean",
         batch_size: int | None = None,
@@ -100,7 +100,8 @@ class FrameReward(RewardModel):
             raise ValueError(f"frame_reward: aggregate must be 'mean' or 'min', got {aggregate!r}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"frame_reward: batch_size must be >= 1, got {batch_size}")
-        self.reward = build_inner(reward, device, "frame_reward")
+        del device  # used by the registry, for the image reward
+        self.reward = build_inner(reward, "frame_reward")
         if "images" not in self.reward.accepts:
             raise ValueError(
                 f"frame_reward: {self.reward.name!r} scores {self.reward.accepts}, not images"

@@ -7,7 +7,7 @@ Lin et al., "Evaluating Text-to-Visual Generation with Image-to-Text Generation"
 template and answer ``Yes``) reads it from the answer token's softmax over the whole
 vocabulary. That is this reward's default; ``normalize=True`` divides by ``P(yes) + P(no)``
 instead, as ``artifact_judge`` does. UnifiedReward-style judges that answer a rubric of
-questions per prompt are ``rubric`` rewards with judge criteria (``reward_models/rubric.py``).
+questions per prompt are ``rubric`` rewards with judge criteria (``reward_models/rubric/reward.py``).
 
 Both back-ends of ``artifact_judge``: a local transformers VLM (batched forwards) or an
 OpenAI-compatible endpoint (concurrent requests, ``top_logprobs``).

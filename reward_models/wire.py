@@ -1,4 +1,4 @@
-"""The JSON wire format of reward servers (``reward_models/server.py``, ``remote.py``).
+"""The JSON wire format of reward servers (``reward_models/serving/server.py``, ``remote.py``).
 
 JSON only: no pickle, so a server never executes what a client sends. Images travel as
 base64-encoded 8-bit PNGs (lossless for 8-bit data; a float image in ``[0, 1]`` is rounded to

@@ -1,6 +1,6 @@
 """Samplers: pure tensor math for stepping generative models, with log-probabilities.
 
-Nothing here loads a model. Every stochastic step follows one contract (DESIGN.md section 3)::
+Nothing here loads a model. Every stochastic step follows one contract::
 
     step(model_output, timestep_index, sample, *, prev_sample=None, generator=None, noise=None)
         -> StepOutput(prev_sample, log_prob, mean, std)

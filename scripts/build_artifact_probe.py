@@ -27,9 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+import asset_tools
 
-from reward_models.artifact import train_artifact_probe  # noqa: E402
+from genrl.cli.train_reward import train_artifact_probe
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "artifact_probe"
 COMMAND = "python scripts/build_artifact_probe.py"

@@ -42,15 +42,10 @@ if str(REPO_ROOT) not in sys.path:
     # Running as a plain script from a checkout: make the repo's packages importable.
     sys.path.insert(0, str(REPO_ROOT))
 
-from pipelines.toy.models import (  # noqa: E402
-    EMBEDDED_CLASSIFIER,
-    EMBEDDED_FLOW,
-    DigitClassifier,
-    DigitFlowModel,
-    save_model,
-    to_pixels,
-)
-from samplers import FlowODESampler, flow_sigmas  # noqa: E402
+from loading.assets import save_model
+from pipelines.toy.models import EMBEDDED_FLOW, DigitFlowModel, to_pixels
+from samplers import FlowODESampler, flow_sigmas
+from tasks.digits import EMBEDDED_CLASSIFIER, DigitClassifier
 
 ASSETS_DIR = REPO_ROOT / "genrl" / "assets"
 MANIFEST = "manifest.json"

@@ -4,7 +4,7 @@
     python scripts/build_compositional_assets.py --check      # verify shipped files vs manifest
     python scripts/build_compositional_assets.py --reproduce  # rebuild in a temp dir, compare
 
-Everything is rendered (``reward_models/tasks/compositional_render.py``); nothing is downloaded.
+Everything is rendered (``tasks/compositional_render.py``); nothing is downloaded.
 One CPU thread, deterministic kernels, explicit generators: the same machine and torch build
 give the same bytes.
 
@@ -54,9 +54,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+import asset_tools
 
-from pipelines.toy.compositional import (  # noqa: E402
+from genrl.cli.train_reward import CORRUPTIONS, corrupt, train_probe
+from pipelines.toy.compositional import (
     EMBEDDED_COMPOSITIONAL_FLOW,
     CompositionalFlowModel,
     load_compositional_model,
@@ -64,25 +65,11 @@ from pipelines.toy.compositional import (  # noqa: E402
     save_compositional_model,
     tokenize,
 )
-from pipelines.toy.models import to_pixels  # noqa: E402
-from reward_models.artifact import (  # noqa: E402
-    CORRUPTIONS,
-    corrupt,
-    feature_extractor,
-    load_probe,
-    save_probe,
-    train_probe,
-)
-from reward_models.compositional import (  # noqa: E402
-    EMBEDDED_ARTIFACT_PROBE,
-    EMBEDDED_SCORER,
-    CellScorer,
-    CompositionalReward,
-    load_scorer,
-    read_scenes,
-    save_scorer,
-)
-from reward_models.tasks.compositional import (  # noqa: E402
+from pipelines.toy.models import to_pixels
+from reward_models.artifact import feature_extractor, load_probe, save_probe
+from reward_models.compositional import EMBEDDED_ARTIFACT_PROBE, CompositionalReward
+from samplers import FlowODESampler, flow_sigmas
+from tasks.compositional import (
     CATEGORIES,
     COLOUR_NAMES,
     SHAPES,
@@ -93,13 +80,19 @@ from reward_models.tasks.compositional import (  # noqa: E402
     requirements_met,
     specs_of,
 )
-from reward_models.tasks.compositional_render import (  # noqa: E402
+from tasks.compositional_render import (
     CELLS,
     cell_labels,
     render,
     sample_scene,
 )
-from samplers import FlowODESampler, flow_sigmas  # noqa: E402
+from tasks.compositional_scorer import (
+    EMBEDDED_SCORER,
+    CellScorer,
+    load_scorer,
+    read_scenes,
+    save_scorer,
+)
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "compositional"
 COMMAND = "python scripts/build_compositional_assets.py"

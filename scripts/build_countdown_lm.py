@@ -5,7 +5,7 @@
     python scripts/build_countdown_lm.py --reproduce  # rebuild in a temp dir, compare sha256s
 
 A tiny Qwen3 over a character-level tokenizer, fine-tuned on ``prompt + solution + <eos>`` from
-the train split of ``reward_models.tasks.countdown`` (loss on completion tokens only). It is left weak so
+the train split of ``tasks.countdown`` (loss on completion tokens only). It is left weak so
 GRPO has headroom: ``TRAIN["label_noise"]`` of the training completions are wrong equations over
 the right numbers (the digit flow model's noisy-label trick), so it often samples wrong equations
 at temperature 1. The build fails unless the held-out metrics land in ``ACCEPT``. One thread,
@@ -29,9 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+import asset_tools
 
-from reward_models.tasks import countdown  # noqa: E402
+from tasks import countdown
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "countdown_lm"
 COMMAND = "python scripts/build_countdown_lm.py"
@@ -237,7 +237,7 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     files = sorted(asset_tools.file_entries(out))
     manifest = {
-        "description": "Tiny Qwen3 LM for reward_models.tasks.countdown; char-level tokenizer, left padding",
+        "description": "Tiny Qwen3 LM for tasks.countdown; char-level tokenizer, left padding",
         "command": COMMAND,
         "format": "prompt + completion + <eos>, e.g. 'Use 3 5 7 to make 22:' + '3*5+7' + '<eos>'",
         "special_tokens": {t: i for i, t in enumerate(SPECIAL_TOKENS)},

@@ -28,9 +28,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+import asset_tools
 
-from reward_models.tasks import sudoku  # noqa: E402
+from tasks import sudoku
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "sudoku_dllm"
 COMMAND = "python scripts/build_sudoku_dllm.py"
@@ -238,7 +238,7 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     files = sorted(asset_tools.file_entries(out))
     manifest = {
-        "description": "Tiny ModernBERT masked-diffusion LM (LLaDA loss) for reward_models.tasks.sudoku",
+        "description": "Tiny ModernBERT masked-diffusion LM (LLaDA loss) for tasks.sudoku",
         "command": COMMAND,
         "format": "27 prompt + 16 completion tokens: 'Sudoku 12.4 .4.2 2.43 4.2.:1234341221434321'",
         "special_tokens": {t: i for i, t in enumerate(SPECIAL_TOKENS)},

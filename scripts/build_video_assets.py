@@ -37,11 +37,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
-from build_assets import SPLIT, load_split  # noqa: E402
+import asset_tools
+from build_assets import SPLIT, load_split
 
-from pipelines.toy.models import to_pixels  # noqa: E402
-from pipelines.toy.video import (  # noqa: E402
+from pipelines.toy.models import to_pixels
+from pipelines.toy.video import (
     CANVAS,
     EMBEDDED_VIDEO_FLOW,
     FRAMES,
@@ -53,9 +53,9 @@ from pipelines.toy.video import (  # noqa: E402
     render_clips,
     save_video_model,
 )
-from pipelines.toy.video_prompts import VIDEO_EVAL_PROMPTS, parse_video_prompt  # noqa: E402
-from reward_models.moving_digits import MovingDigitReward  # noqa: E402
-from samplers import FlowODESampler, flow_sigmas  # noqa: E402
+from reward_models.moving_digits import MovingDigitReward
+from samplers import FlowODESampler, flow_sigmas
+from tasks.video_digits import VIDEO_EVAL_PROMPTS, parse_video_prompt
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "video_digits"
 COMMAND = "python scripts/build_video_assets.py"

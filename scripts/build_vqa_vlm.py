@@ -8,7 +8,7 @@
 A tiny Qwen2-VL (the real architecture: a ViT with 2x2 patch merging, multimodal RoPE, the
 Qwen2-VL image processor) over a small word-level tokenizer (``task_words``: one token per word
 the task's questions and answers use, one per character for anything else, and Qwen's special
-tokens kept whole), fine-tuned on the train split of ``reward_models.tasks.shapes``: the
+tokens kept whole), fine-tuned on the train split of ``tasks.shapes``: the
 chat-formatted question with its picture, then the answer and ``<|im_end|>`` (loss on those
 tokens only). It is left weak so GRPO has headroom: training stops at the first evaluation
 (every ``TRAIN["eval_every"]`` steps, on train-split problems the model never saw) whose greedy
@@ -34,9 +34,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-import asset_tools  # noqa: E402  (scripts/asset_tools.py, next to this file)
+import asset_tools
 
-from reward_models.tasks import shapes  # noqa: E402
+from tasks import shapes
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "shapes_vlm"
 COMMAND = "python scripts/build_vqa_vlm.py"
@@ -228,7 +228,7 @@ def train(model: Any, processor: Any, stop: Any) -> dict[str, Any]:
 def greedy_accuracy(model: Any, processor: Any, problems: list[Any]) -> dict[str, float]:
     """Greedy held-out accuracy through genrl's own VLM policy (what ``genrl train`` measures),
     overall and per question kind."""
-    from pipelines.vlm import VLMPolicy
+    from pipelines.transformers.vlm import VLMPolicy
     from samplers.autoregressive import TokenSampler
 
     trainable = [p.requires_grad for p in model.parameters()]
@@ -280,7 +280,7 @@ def build(out: Path) -> dict[str, Any]:
     model.save_pretrained(out)
     processor.save_pretrained(out)
     manifest = {
-        "description": "Tiny Qwen2-VL for reward_models.tasks.shapes; word-level tokenizer",
+        "description": "Tiny Qwen2-VL for tasks.shapes; word-level tokenizer",
         "command": COMMAND,
         "format": "chat template with the picture, then '<question> (#i)'; answer + <|im_end|>",
         "task": {"image_size": shapes.IMAGE_SIZE, "kinds": list(shapes.KINDS)},

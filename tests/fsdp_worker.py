@@ -36,7 +36,7 @@ def config(out: Path, model: str, lora: int):
             "train.iterations=2",
             "eval.every=0",
         )
-        cfg.optim.ema_decay = None  # refused with FSDP (genrl/run.py)
+        cfg.optim.ema_decay = None  # refused with FSDP (genrl/run/build.py)
         return cfg
     from test_causal_lm import CountLetterA, lm_config
 
@@ -56,8 +56,8 @@ def config(out: Path, model: str, lora: int):
 def resume(out: Path, model: str, lora: int, rank: int) -> None:
     """Under FSDP2: two iterations at once, and one, a sharded checkpoint, a fresh Trainer
     resuming from it and the second; writes both runs' final weights and metrics."""
-    from genrl.metrics import read_metrics
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
+    from genrl.reporting.metrics import read_metrics
 
     os.environ["ACCELERATE_USE_FSDP"] = "true"
     result = {}
@@ -96,7 +96,7 @@ def from_ddp(out: Path, model: str, lora: int, rank: int) -> None:
     steps ``train_iteration`` by hand: ``train()``'s held-out evaluation of the tiny SD3 under
     DDP waits forever when the processes get unequal numbers of chunks (DDP syncs buffers in
     every forward), which this test is not about."""
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     os.environ["ACCELERATE_USE_FSDP"] = "false"
     whole = Trainer(config(out, model, lora), run_dir=out / "ddp_whole")
@@ -119,7 +119,7 @@ def ddp_eval(out: Path, model: str, lora: int, rank: int) -> None:
     one chunk, which process 0 makes alone (the first forward after a training one, and the
     very first, broadcasts the transformer's buffers: without ``without_ddp_wrapper`` process 0
     waited there forever for process 1); writes this process's held-out rewards."""
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     os.environ["ACCELERATE_USE_FSDP"] = "false"
     cfg = config(out, model, lora)
@@ -133,14 +133,14 @@ def ddp_eval(out: Path, model: str, lora: int, rank: int) -> None:
 
 
 def ckpt_dir(run_dir: Path, iteration: int) -> Path:
-    from genrl.checkpoint import checkpoint_dir
+    from genrl.checkpoints.checkpoint import checkpoint_dir
 
     return checkpoint_dir(run_dir, iteration)
 
 
 def main() -> None:
     out, model, lora = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     rank = int(os.environ["RANK"])
     if sys.argv[4:] == ["resume"]:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genrl.advantages import (
+from genrl.objectives.advantages import (
     PerPromptStatTracker,
     clip_advantages,
     group_advantages,
@@ -193,7 +193,7 @@ def test_tracker_errors():
 
 
 def test_decoupled_group_rewards_by_hand():
-    from genrl.advantages import decoupled_group_rewards
+    from genrl.objectives.advantages import decoupled_group_rewards
 
     groups = torch.tensor([0, 0, 1, 1])
     scores = {"a": torch.tensor([1.0, 0.0, 1.0, 1.0]), "b": torch.tensor([0.0, 1.0, 0.2, 0.6])}
@@ -211,7 +211,7 @@ def test_decoupled_group_rewards_by_hand():
 def test_decoupled_rewards_keep_combinations_that_a_summed_reward_collapses():
     """GDPO's motivating case: (a, b) = (1, 0) vs (0, 0) and (1, 1) vs (0, 0) give the same
     group z-score of the summed reward, but different decoupled values."""
-    from genrl.advantages import decoupled_group_rewards
+    from genrl.objectives.advantages import decoupled_group_rewards
 
     groups = torch.tensor([0, 0, 1, 1])
     a, b = torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])
@@ -264,7 +264,7 @@ def test_per_step_rewards_are_normalised_column_by_column() -> None:
 def test_median_centered_advantages_by_hand() -> None:
     """MC-GRPO (its released trainer): (r - median) / (MAD + 1e-3), the non-zero advantages of
     a group times size / their number, one pivot at the median per group."""
-    from genrl.advantages import median_centered_advantages, sequence_advantages
+    from genrl.objectives.advantages import median_centered_advantages, sequence_advantages
 
     # Group 5 (positions 0, 2, 4): [0.2, 0.9, 0.5]: median 0.5, |r - 0.5| = [0.3, 0.4, 0] so
     #   MAD 0.3; A = [-0.3, 0.4, 0] / 0.301, two non-zero of three: times 3/2.
@@ -287,8 +287,8 @@ def test_median_centered_advantages_by_hand() -> None:
 
 
 def test_median_groups_must_be_odd() -> None:
-    from genrl.advantages import validate_median_groups
-    from genrl.overrides import ConfigError
+    from genrl.config.errors import ConfigError
+    from genrl.objectives.advantages import validate_median_groups
 
     validate_median_groups("median", 3)
     validate_median_groups("group", 4)

@@ -10,9 +10,9 @@ import torch
 
 from genrl import GRPOTrainer
 from genrl.api import build_config, overrides_from_args, policy_for
-from genrl.overrides import ConfigError
+from genrl.config.errors import ConfigError
 from reward_models import REWARDS
-from reward_models.tasks.countdown import make_problems
+from tasks.countdown import make_problems
 
 datasets = pytest.importorskip("datasets")
 
@@ -170,8 +170,8 @@ def test_a_recipe_keeps_its_own_model_and_a_hub_id_gets_the_trl_defaults() -> No
 
 
 def test_lists_serve_as_datasets_and_weights_may_come_in_args() -> None:
-    from genrl.prompts import load_prompts
-    from pipelines.base import prompt_columns
+    from genrl.prompts.sources import load_prompts
+    from tasks.prompt import prompt_columns
 
     config = build_config(
         "countdown_lm",

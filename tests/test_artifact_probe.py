@@ -11,16 +11,16 @@ import pytest
 import torch
 from vision_tiny import build_dinov2, write_images
 
-from genrl.overrides import ConfigError
-from reward_models import build_reward
-from reward_models.artifact import (
+from genrl.cli.train_reward import (
     CORRUPTIONS,
     corrupt,
-    load_probe,
     synthetic_digits,
     train_artifact_probe,
     train_probe,
 )
+from genrl.config.errors import ConfigError
+from reward_models import build_reward
+from reward_models.artifact import load_probe
 
 
 def test_blur_and_grid_by_hand() -> None:
@@ -113,7 +113,7 @@ def test_cli_trains_a_probe(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "genrl.cli",
+            "genrl.cli.main",
             "train-reward",
             "artifact",
             "--epochs",

@@ -9,9 +9,13 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
+from genrl.config.errors import ConfigError
+from genrl.objectives.tree_advantages import (
+    depthwise_advantages,
+    edge_advantages_per_leaf,
+    node_values,
+)
 from genrl.objectives.tree_pruning import kept_edges, num_kept_edges, pruned_depths
-from genrl.overrides import ConfigError
-from genrl.tree_advantages import depthwise_advantages, edge_advantages_per_leaf, node_values
 from samplers.tree import TreeSchedule
 
 TREE = ("algorithm.name=branch_grpo", "algorithm.split_steps=[0, 1]", "algorithm.branching=[2, 2]")
@@ -200,8 +204,8 @@ def test_a_tree_without_splits_is_the_flow_grpo_rollout(
 def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
     """Tree 3 of 4 collected with all four trees (one process) or as part of the second half
     (the second of two processes): same leaves and log-probs."""
-    from genrl.groups import expand_groups
-    from genrl.rng import RolloutNoise
+    from genrl.data.rng import RolloutNoise
+    from genrl.loop.groups import expand_groups
 
     trainer = Trainer(tiny_config(tmp_path, *TREE), run_dir=tmp_path / "run")
     prompts, group_ids = expand_groups(trainer.prompts.sample(4, 0, 0), 4)
@@ -222,7 +226,7 @@ def test_a_tree_grows_the_same_on_any_process_layout(tmp_path: Path) -> None:
 def test_sliding_depth_pruning_window_by_hand(tmp_path: Path) -> None:
     """Depths as the reference counts them (the edges of step t enter depth t + 1): prune depth
     4, slide one depth shallower every iteration, never shallower than depth 2."""
-    from genrl.rng import RolloutNoise
+    from genrl.data.rng import RolloutNoise
 
     config = tiny_config(
         tmp_path, *TREE, "algorithm.depth_pruning=[4]", "algorithm.depth_pruning_slide_every=1",

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from genrl.algorithms.grpo import GRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     LoggingConfig,
@@ -184,7 +184,7 @@ def test_stop_strings_cut_the_trained_tokens(lm_dir: Path) -> None:
     ids=["grpo", "gspo", "dapo_kl", "rloo_drgrpo"],
 )
 def test_two_grpo_steps_train(tmp_path: Path, lm_dir: Path, monkeypatch, variant: dict) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     trainer = Trainer(lm_config(tmp_path, lm_dir, **variant))
@@ -208,7 +208,7 @@ def test_two_grpo_steps_train(tmp_path: Path, lm_dir: Path, monkeypatch, variant
 def test_full_fine_tune_and_export_round_trip(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
     from transformers import AutoModelForCausalLM
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     config = lm_config(tmp_path, lm_dir)
@@ -228,7 +228,7 @@ def test_lora_export_loads_with_peft(tmp_path: Path, lm_dir: Path, monkeypatch) 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     trainer = Trainer(lm_config(tmp_path, lm_dir))
@@ -244,7 +244,7 @@ def test_lora_export_loads_with_peft(tmp_path: Path, lm_dir: Path, monkeypatch) 
 
 
 def test_text_evaluation_and_report(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     config = lm_config(tmp_path, lm_dir)
@@ -255,7 +255,7 @@ def test_text_evaluation_and_report(tmp_path: Path, lm_dir: Path, monkeypatch) -
     assert summary["heldout_samples"] == 4
     # Greedy held-out decoding is deterministic: untrained weights score what the run scored
     # before training, the run's checkpoint what it scored after, and training changed them.
-    from genrl.checkpoint import resolve_checkpoint
+    from genrl.checkpoints.checkpoint import resolve_checkpoint
 
     untrained = Trainer(config)
     before = untrained.evaluate()
@@ -269,7 +269,7 @@ def test_text_evaluation_and_report(tmp_path: Path, lm_dir: Path, monkeypatch) -
 
 
 def test_bad_settings_are_rejected(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:
-    from genrl.overrides import ConfigError
+    from genrl.config.errors import ConfigError
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     config = lm_config(tmp_path, lm_dir)
@@ -357,9 +357,9 @@ def test_mc_grpo_trains_without_the_median_samples(
 ) -> None:
     """``advantage=median`` with groups of G + 1 = 3: each group's median completion has
     advantage 0 and is not a training unit; the other two train."""
-    from genrl.advantages import median_centered_advantages
-    from genrl.overrides import ConfigError
-    from genrl.trainer import Trainer
+    from genrl.config.errors import ConfigError
+    from genrl.loop.trainer import Trainer
+    from genrl.objectives.advantages import median_centered_advantages
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     config = lm_config(tmp_path, lm_dir, advantage="median")

@@ -13,11 +13,11 @@ import pytest
 import torch
 from tiny import tiny_config
 
-import genrl.checkpoint as ckpt
+import genrl.checkpoints.checkpoint as ckpt
 from genrl import Trainer
-from genrl.checkpoint import CorruptCheckpointError, load_checkpoint, resolve_checkpoint
-from genrl.cli import main
-from genrl.fileio import DiskFullError
+from genrl.checkpoints.checkpoint import CorruptCheckpointError, load_checkpoint, resolve_checkpoint
+from genrl.cli.main import main
+from genrl.data.fileio import DiskFullError
 
 FILES = [
     "trainable.safetensors",

@@ -8,7 +8,7 @@ import pytest
 from tiny import tiny_overrides
 
 from genrl import Trainer
-from genrl.cli import main
+from genrl.cli.main import main
 
 
 def _sets(tmp_path: Path, *extra: str) -> list[str]:
@@ -56,7 +56,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_none(
 def test_ctrl_c_stops_the_reward_server(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reward_models.server import RewardServer
+    from reward_models.serving.server import RewardServer
 
     def interrupted(self: RewardServer) -> None:
         self.shutdown()
@@ -75,7 +75,7 @@ def test_sample_without_prompts_names_the_ones_it_used(
     out = tmp_path / "grid.png"
     assert main(["sample", *_sets(tmp_path), "-n", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    from pipelines.toy.prompts import ALL_PROMPTS  # the digits task's held-out prompts
+    from tasks.digits import ALL_PROMPTS  # the digits task's held-out prompts
 
     head = ", ".join(repr(p) for p in ALL_PROMPTS[:8])
     count = len(ALL_PROMPTS)

@@ -16,10 +16,11 @@ import pytest
 from tiny import tiny_overrides
 
 from genrl.algorithms import ALGORITHMS
-from genrl.cli import main
-from genrl.config import TrainConfig, algorithm_config, config_from_dict
-from genrl.overrides import ConfigError
+from genrl.cli.main import main
+from genrl.config.errors import ConfigError
 from genrl.recipes import DEFAULT_RECIPE, get_recipe
+from genrl.run.config import TrainConfig, algorithm_config
+from genrl.run.config_file import config_from_dict
 
 
 def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -38,7 +39,7 @@ def _tiny_args(directory: Path) -> list[str]:
 def test_full_disk_while_checkpointing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import genrl.checkpoint as ckpt
+    import genrl.checkpoints.checkpoint as ckpt
 
     real_open = open
 

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from genrl.recipe_catalog import CATALOG, DEFAULT_RECIPE
 from genrl.recipes import DEFAULT_RECIPE as REGISTRY_DEFAULT
 from genrl.recipes import RECIPES
+from genrl.recipes.catalog import CATALOG, DEFAULT_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "diffusers", "transformers", "accelerate", "peft")
 
-# Runs each argv through genrl.cli.main in one fresh interpreter and reports the exit code and
+# Runs each argv through genrl.cli.main.main in one fresh interpreter and reports the exit code and
 # which heavy modules were imported by then.
 _PROBE = """
 import json, sys
-from genrl.cli import main
+from genrl.cli.main import main
 argv = json.loads(sys.argv[1])
 try:
     code = main(argv)
@@ -84,7 +84,7 @@ def test_the_table_flags_agree_with_the_configs() -> None:
 
 
 def test_list_prints_whole_descriptions_and_needs(capsys: pytest.CaptureFixture[str]) -> None:
-    from genrl.cli import main
+    from genrl.cli.main import main
 
     assert main(["list", "--recipes"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # undo the wrapping

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from genrl import Trainer, get_recipe
-from genrl.config import TrainConfig
+from genrl.run.config import TrainConfig
+from loading.assets import embedded_asset_path
 from pipelines.toy.compositional import (
     EMBEDDED_COMPOSITIONAL_FLOW,
     MAX_TOKENS,
@@ -28,18 +29,11 @@ from pipelines.toy.compositional import (
     tokenize,
 )
 from pipelines.toy.compositional_policy import ToyCompositionalPolicy
-from pipelines.toy.models import embedded_asset_path
 from reward_models import build_reward
-from reward_models.compositional import (
-    EMBEDDED_ARTIFACT_PROBE,
-    EMBEDDED_SCORER,
-    CellScorer,
-    CompositionalReward,
-    load_scorer,
-    save_scorer,
-)
-from reward_models.tasks.compositional import CATEGORIES, heldout_prompts, parse_prompt
-from reward_models.tasks.compositional_render import CELLS, render, sample_scene
+from reward_models.compositional import EMBEDDED_ARTIFACT_PROBE, CompositionalReward
+from tasks.compositional import CATEGORIES, heldout_prompts, parse_prompt
+from tasks.compositional_render import CELLS, render, sample_scene
+from tasks.compositional_scorer import EMBEDDED_SCORER, CellScorer, load_scorer, save_scorer
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -146,7 +140,7 @@ def test_reward_on_rendered_scenes() -> None:
 def test_artifact_probe_tells_renders_from_corrupted_ones() -> None:
     """The shipped probe on fresh renders of held-out combinations and on the same renders with
     each corruption: clean ones score higher on average, for every kind."""
-    from reward_models.artifact import CORRUPTIONS, corrupt
+    from genrl.cli.train_reward import CORRUPTIONS, corrupt
 
     rng = random.Random(3)
     prompts = [p for p in heldout_prompts() for _ in range(4)]

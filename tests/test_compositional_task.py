@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from genrl.prompts import load_prompts
-from reward_models.tasks.compositional import (
+from genrl.prompts.sources import load_prompts
+from tasks.compositional import (
     CATEGORIES,
     CELL,
     COLOURS,
@@ -24,7 +24,7 @@ from reward_models.tasks.compositional import (
     split_of,
     train_prompts,
 )
-from reward_models.tasks.compositional_render import CELLS, cell_labels, render, sample_scene
+from tasks.compositional_render import CELLS, cell_labels, render, sample_scene
 
 
 def test_every_prompt_parses_back_to_its_spec() -> None:

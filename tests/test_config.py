@@ -8,9 +8,11 @@ import pytest
 
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import TrainConfig, algorithm_config, config_from_dict
-from genrl.overrides import ConfigError, parse_assignment
+from genrl.config.errors import ConfigError
+from genrl.config.overrides import parse_assignment
 from genrl.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
+from genrl.run.config import TrainConfig, algorithm_config
+from genrl.run.config_file import config_from_dict
 
 
 @pytest.fixture
@@ -305,8 +307,8 @@ def test_dict_without_algorithm_name_gives_config_error(data):
 def test_each_run_holds_only_its_rollouts_sections():
     """A token run has no flow sampler fields and a flow run no generation fields; each section
     is the class its rollout reads (Algorithm.sections)."""
-    from genrl.config import FlowSamplingConfig, SDESamplingConfig, UnmaskingConfig
     from genrl.rollouts.tokens import GenerationConfig
+    from genrl.run.config import FlowSamplingConfig, SDESamplingConfig, UnmaskingConfig
 
     for name in RECIPES:
         config = get_recipe(name)
@@ -343,7 +345,7 @@ def test_a_key_of_a_section_the_run_does_not_have_is_named():
     with pytest.raises(ConfigError, match=r"unknown config key 'sampler\.sde_window_size'"):
         get_recipe("digits_branch_grpo").apply_overrides(["sampler.sde_window_size=2"])
     # A section of the wrong class (set by hand) is named by validate().
-    from genrl.config import FlowSamplingConfig
+    from genrl.run.config import FlowSamplingConfig
 
     flow.sampler = FlowSamplingConfig()
     with pytest.raises(ConfigError, match="sampler: flow_grpo reads it as SDESamplingConfig"):
@@ -353,7 +355,7 @@ def test_a_key_of_a_section_the_run_does_not_have_is_named():
 def test_switching_algorithms_refits_the_sections():
     """flow_grpo -> ram keeps what the two samplers share (steps, shift, guidance) and drops
     the SDE fields; ram -> flow_grpo restores defaults for them; -> grpo swaps the section."""
-    from genrl.config import FlowSamplingConfig, SDESamplingConfig
+    from genrl.run.config import FlowSamplingConfig, SDESamplingConfig
 
     config = get_recipe("digits_flow_grpo")
     config.apply_overrides(["sampler.num_steps=7", "sampler.sde_window_size=2"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.tasks.countdown import (
+from tasks.countdown import (
     MAX_COMPLETION_CHARS,
     countdown_reward,
     expressions,

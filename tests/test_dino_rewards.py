@@ -152,8 +152,8 @@ def test_toy_training_with_an_adversarial_regulariser(tmp_path: Path, dino: Path
     from tiny import tiny_config
 
     from genrl import Trainer
-    from genrl.checkpoint import load_checkpoint, resolve_checkpoint
-    from genrl.config import RewardSpec
+    from genrl.checkpoints.checkpoint import load_checkpoint, resolve_checkpoint
+    from genrl.run.config import RewardSpec
 
     write_images(tmp_path / "reals", pictures(4, 10, size=8))
     config = tiny_config(tmp_path)

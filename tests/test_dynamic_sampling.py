@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from genrl.allocation import DynamicSamplingError, collect_varied_groups, varied_groups
-from genrl.overrides import ConfigError
-from genrl.rollout import Batch, MaskedSamples, TokenRollout
+from genrl.config.errors import ConfigError
+from genrl.data.batches import Batch, MaskedSamples, TokenRollout
+from genrl.loop.allocation import DynamicSamplingError, collect_varied_groups, varied_groups
 from reward_models import REWARDS, RewardModel, RewardOutput
 from tests.test_causal_lm import lm_config, lm_dir  # noqa: F401  (fixture)
 
@@ -181,7 +181,7 @@ def dynamic_config(tmp_path: Path, lm_dir: Path, prompts: str):  # type: ignore[
 
 
 def test_trainer_trains_only_on_varied_groups(tmp_path: Path, lm_dir: Path, monkeypatch) -> None:  # noqa: F811
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "say_solved", SayIsSolved)
     trainer = Trainer(
@@ -211,8 +211,8 @@ def test_trainer_stops_at_the_cap_with_a_checkpoint(
     lm_dir: Path,  # noqa: F811
     monkeypatch,
 ) -> None:
-    from genrl.cli import _is_user_error
-    from genrl.trainer import Trainer
+    from genrl.cli.main import _is_user_error
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "say_solved", SayIsSolved)
     trainer = Trainer(dynamic_config(tmp_path, lm_dir, "say a\nsay b\n"))
@@ -239,7 +239,7 @@ def _two_process_worker(directory: str, lm: str) -> None:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the fork inherits the parent's
     accelerator = Accelerator(cpu=True)
@@ -285,7 +285,7 @@ class HandwrittenIsSolved(RewardModel):
 def test_flow_trajectories_refill_and_train(tmp_path: Path, monkeypatch) -> None:
     from tiny import tiny_config
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "handwritten_solved", HandwrittenIsSolved)
     config = tiny_config(

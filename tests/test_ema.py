@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from genrl.ema import EMA
+from genrl.policies.ema import EMA
 
 
 def test_ema_step_and_swap_restore_the_live_weights_exactly() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from genrl.cli import main
+from genrl.cli.main import main
 
 pytestmark = (
     pytest.mark.slow

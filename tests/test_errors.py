@@ -9,8 +9,8 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.checkpoint import CheckpointError
-from genrl.cli import main
+from genrl.checkpoints.checkpoint import CheckpointError
+from genrl.cli.main import main
 from reward_models import REWARDS, CompositeReward, RewardError, RewardModel, RewardOutput
 
 
@@ -134,7 +134,7 @@ def test_reward_with_wrong_score_shape_is_named() -> None:
 
 
 def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from genrl.optimization import NonFiniteLossError
+    from genrl.loop.optimization import NonFiniteLossError
 
     trainer = Trainer(tiny_config(tmp_path), run_dir=tmp_path / "run")
     real_loss = trainer.objective.loss
@@ -149,10 +149,10 @@ def test_diverging_loss_names_its_terms(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_policy_of_the_wrong_kind_is_named(tmp_path: Path) -> None:
-    """The policy protocols (genrl/protocols.py) are checked when an algorithm binds its
+    """The policy protocols (genrl/policies/protocols.py) are checked when an algorithm binds its
     rollout: an LM with a flow algorithm fails with a sentence, not an AttributeError."""
-    from genrl.overrides import ConfigError
-    from genrl.protocols import CausalTokenPolicy, FlowPolicy, MaskedTokenPolicy, Policy
+    from genrl.config.errors import ConfigError
+    from genrl.policies.protocols import CausalTokenPolicy, FlowPolicy, MaskedTokenPolicy, Policy
     from pipelines import build_policy
 
     toy = build_policy("toy_digits")
@@ -162,7 +162,7 @@ def test_a_policy_of_the_wrong_kind_is_named(tmp_path: Path) -> None:
     assert not isinstance(toy, CausalTokenPolicy) and not isinstance(lm, FlowPolicy)
     assert isinstance(lm, CausalTokenPolicy) and not isinstance(lm, MaskedTokenPolicy)
     assert isinstance(dllm, MaskedTokenPolicy) and not isinstance(dllm, CausalTokenPolicy)
-    from genrl.config import PolicyConfig
+    from genrl.run.config import PolicyConfig
 
     config = tiny_config(tmp_path)
     config.policy = PolicyConfig(name="countdown_lm")

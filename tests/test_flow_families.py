@@ -1,4 +1,4 @@
-"""The flow adapter base's family hooks (pipelines/flow_hooks.py) on their own and through the
+"""The flow adapter base's family hooks (pipelines/diffusers/flow_hooks.py) on their own and through the
 families that need them: norm-rescaled CFG, the CFG cut-off, masked prompt embeddings of
 different lengths, latent normalisation, and registering a family by class."""
 
@@ -13,9 +13,9 @@ from family_table import PROMPTS, family_kwargs, pipe_call
 
 from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
-from pipelines.flow_families import FAMILIES, flow_image_class, register_family
-from pipelines.flow_hooks import Guidance, cutoff_for_step_fraction, join_padded
-from pipelines.sd3 import SD3Policy
+from pipelines.diffusers.flow_families import FAMILIES, flow_image_class, register_family
+from pipelines.diffusers.flow_hooks import Guidance, cutoff_for_step_fraction, join_padded
+from pipelines.diffusers.sd3 import SD3Policy
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def test_latent_normalisation_scalar_and_per_channel(dirs) -> None:
 
 
 def test_register_family_by_class(dirs, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pipelines.flow_families.FAMILIES", dict(FAMILIES))
+    monkeypatch.setattr("pipelines.diffusers.flow_families.FAMILIES", dict(FAMILIES))
 
     class MySD3(SD3Policy):
         pass
@@ -169,7 +169,7 @@ def test_register_family_by_class(dirs, monkeypatch: pytest.MonkeyPatch) -> None
     policy = build_policy("flow_image", pretrained=str(dirs["sd3"]), **family_kwargs("sd3"))
     assert type(policy) is MySD3
     with pytest.raises(ValueError, match="needs both"):
-        register_family("pipelines.sd3:SD3Policy")
+        register_family("pipelines.diffusers.sd3:SD3Policy")
     with pytest.raises(TypeError, match="FlowImagePolicy subclass"):
         register_family(int)  # type: ignore[arg-type]
 
@@ -177,7 +177,7 @@ def test_register_family_by_class(dirs, monkeypatch: pytest.MonkeyPatch) -> None
 def test_flow_rollouts_with_prompt_embeddings_of_different_lengths_concatenate() -> None:
     """Dynamic sampling concatenates rounds; QwenImage's embeddings are as long as each round's
     longest prompt, so the shorter round's are zero-padded (its mask marks the padding)."""
-    from genrl.rollout import FlowTrajectory
+    from genrl.data.batches import FlowTrajectory
 
     def round_of(length: int) -> FlowTrajectory:
         return FlowTrajectory(

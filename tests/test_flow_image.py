@@ -14,7 +14,8 @@ import torch
 from family_table import FAMILIES, PROMPTS, SIZE, family_kwargs, pipe_call, sampler_guidance
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.rollouts.flow import sample_ode
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,
@@ -25,7 +26,6 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
 
 
@@ -96,7 +96,7 @@ def image_config(tmp_path: Path, family: str, directory: Path, **changes) -> Tra
 def test_two_flow_grpo_steps_train_the_lora(
     pipeline_dirs, tmp_path: Path, family: str, guidance: float
 ) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     config = image_config(tmp_path, family, pipeline_dirs[family], sampler__guidance_scale=guidance)
     trainer = Trainer(config)
@@ -124,7 +124,7 @@ def test_lora_export_loads_into_the_stock_pipeline(
 ) -> None:
     import diffusers
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     trainer = Trainer(image_config(tmp_path, family, pipeline_dirs[family]))
     policy = trainer.policy
@@ -154,7 +154,7 @@ def test_lora_export_loads_into_the_stock_pipeline(
 def test_full_fine_tune_exports_with_save_pretrained(pipeline_dirs, tmp_path: Path) -> None:
     from diffusers import SD3Transformer2DModel
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     config = image_config(tmp_path, "sd3", pipeline_dirs["sd3"])
     config.policy.lora_rank = 0
@@ -223,7 +223,7 @@ def test_bf16_weights_under_autocast_keep_float32_log_probs(pipeline_dirs, tmp_p
 
 
 def _train_bf16(config: TrainConfig) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     trainer = Trainer(config)
     assert trainer.policy.pipe.text_encoder.dtype == torch.bfloat16
@@ -252,7 +252,7 @@ def test_lora_export_without_adapter_metadata_folds_alpha(pipeline_dirs, tmp_pat
     import diffusers
     from safetensors.torch import load_file
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     trainer = Trainer(image_config(tmp_path, "sd3", pipeline_dirs["sd3"]))  # r 4, alpha 8
     trainer.train_iteration()

@@ -11,10 +11,10 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.losses import ClippedSurrogate, gaussian_mean_kl
+from genrl.config.errors import ConfigError
+from genrl.data.rng import RolloutNoise
+from genrl.objectives.losses import ClippedSurrogate, gaussian_mean_kl
 from genrl.objectives.regression_objectives import apply_adv_mode
-from genrl.overrides import ConfigError
-from genrl.rng import RolloutNoise
 from samplers import DanceSDESampler, FlowCPSSampler, FlowSDESampler, flow_sigmas, shift_sigmas
 from samplers.base import gaussian_log_prob
 from samplers.scaled_noise import ScaledNoiseSampler
@@ -243,7 +243,7 @@ def test_dropping_and_the_noise_stream_are_reproducible(tmp_path: Path) -> None:
 def test_median_advantages_leave_the_pivots_out_of_flow_grpo(tmp_path: Path) -> None:
     """``advantage=median`` on Flow-GRPO: groups of 3 centred on their median, the median
     trajectory of each group never becomes a transition; two iterations train."""
-    from genrl.advantages import median_centered_advantages
+    from genrl.objectives.advantages import median_centered_advantages
 
     config = tiny_config(
         tmp_path,

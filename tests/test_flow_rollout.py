@@ -8,10 +8,10 @@ import pytest
 import torch
 from tiny import tiny_config
 
-from genrl.groups import expand_groups
-from genrl.overrides import ConfigError
-from genrl.rng import RolloutNoise, Streams
-from genrl.trainer import Trainer
+from genrl.config.errors import ConfigError
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.loop.groups import expand_groups
+from genrl.loop.trainer import Trainer
 from samplers.windows import sde_window_mask, sde_window_start
 
 

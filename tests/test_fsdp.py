@@ -1,5 +1,5 @@
 """FSDP2 on CPU processes (gloo): two iterations of the tiny SD3 and the tiny Qwen3, full and
-LoRA fine-tuning, match DDP (``genrl/sharding.py``; accelerate drops FSDP on CPU, so genrl
+LoRA fine-tuning, match DDP (``genrl/distributed/sharding.py``; accelerate drops FSDP on CPU, so genrl
 applies torch's ``fully_shard`` itself). Each launch runs both modes in one process group
 (``tests/fsdp_worker.py``)."""
 
@@ -113,8 +113,8 @@ def one_process_resumes_shards(
     from fsdp_worker import config
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    from genrl.metrics import read_metrics
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
+    from genrl.reporting.metrics import read_metrics
 
     shutil.copytree(out / "split", out / "single")
     first = out / "single" / "checkpoints" / "iter_000001"

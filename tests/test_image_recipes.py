@@ -11,9 +11,9 @@ from diffusers_tiny import build_clip, build_flux, build_sana, build_sd3
 from vision_tiny import build_llava, build_tiny_hps
 
 from genrl import get_recipe
+from genrl.loop.trainer import Trainer
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
-from genrl.trainer import Trainer
 
 BUILDERS = {"sd3": build_sd3, "flux": build_flux, "sana": build_sana}
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from genrl.sharding import shards_itself
+from genrl.distributed.sharding import shards_itself
 
 CONFIGS = Path(__file__).resolve().parents[1] / "genrl" / "launch_configs"
 EXPECTED = {
@@ -57,7 +57,7 @@ def test_deepspeed_plugin_accepts_the_config(name: str) -> None:
     )
     assert plugin.deepspeed_config["zero_optimization"]["stage"] == ds["zero_stage"]
     # The plugin leaves the micro batch size to a dataloader; genrl fills it from the recipe.
-    from genrl.deepspeed_support import align_config
+    from genrl.distributed.deepspeed import align_config
 
     assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == "auto"
     state = SimpleNamespace(deepspeed_plugin=plugin)
@@ -91,7 +91,7 @@ def test_deepspeed_config_takes_clipping_and_batch_size_from_the_recipe() -> Non
     is what the engine must use (None turns DeepSpeed's clipping off: 0). accelerate reads the
     micro batch size from a dataloader genrl never prepares: "auto" becomes
     train.minibatch_size, a number set in the config is kept."""
-    from genrl.deepspeed_support import align_config, uses_deepspeed, zero_stage
+    from genrl.distributed.deepspeed import align_config, uses_deepspeed, zero_stage
 
     accelerator = _deepspeed_accelerator(3, 1.0)
     config = accelerator.state.deepspeed_plugin.deepspeed_config
@@ -108,7 +108,7 @@ def test_deepspeed_config_takes_clipping_and_batch_size_from_the_recipe() -> Non
 
 
 def test_deepspeed_checkpoints_are_refused_with_what_to_use() -> None:
-    from genrl.deepspeed_support import refuse_checkpoint
+    from genrl.distributed.deepspeed import refuse_checkpoint
 
     reason = refuse_checkpoint(_deepspeed_accelerator(2, 1.0), "resume")
     assert reason is not None and "cannot resume under DeepSpeed" in reason

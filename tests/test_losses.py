@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from genrl.losses import ClippedSurrogate, gaussian_mean_kl, token_kl
+from genrl.objectives.losses import ClippedSurrogate, gaussian_mean_kl, token_kl
 
 # Five elements, clip range 0.2 (ratio kept in [0.8, 1.2]):
 #   ratio  A    -A*ratio  -A*clip(ratio)  max     clipped term active?  d loss / d logp (x N)

@@ -178,7 +178,7 @@ class DigitShare(RewardModel):
 def dllm_config(tmp_path: Path, dllm_dir: Path, algorithm: str, **changes):
     from tiny import tiny_config
 
-    from genrl.config import algorithm_config
+    from genrl.run.config import algorithm_config
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("ab 12:\ncd 34:\nef 56:\n")
@@ -216,7 +216,7 @@ def dllm_config(tmp_path: Path, dllm_dir: Path, algorithm: str, **changes):
 def test_two_steps_train_with_each_estimator(
     tmp_path: Path, dllm_dir: Path, monkeypatch, algorithm: str, changes: dict
 ) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "digit_share", DigitShare)
     trainer = Trainer(dllm_config(tmp_path, dllm_dir, algorithm, **changes))
@@ -234,7 +234,7 @@ def test_mask_grpo_takes_mc_grpo_median_advantages(
 ) -> None:
     """The token objective's ``advantage=median`` on a masked-diffusion LM: the pivots never
     become views, the rest train."""
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "digit_share", DigitShare)
     config = dllm_config(tmp_path, dllm_dir, "mask_grpo", advantage="median", num_iterations=2)
@@ -288,7 +288,7 @@ def test_llada_recipe_runs_on_a_tiny_stand_in(tmp_path: Path, dllm_dir: Path, mo
     from transformers import AutoTokenizer
 
     from genrl import get_recipe
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(dllm_dir))
     tokenizer.chat_template = (

@@ -50,7 +50,7 @@ def test_last_boxed_and_grading_edge_cases() -> None:
 def test_geometry3k_rows_become_jsonl_prompts_with_images(tmp_path: Path) -> None:
     from geometry3k_jsonl import write_jsonl
 
-    from genrl.prompts import load_prompts
+    from genrl.prompts.sources import load_prompts
 
     rows = [
         {"problem": "<image>Find x.", "answer": "12", "images": [Image.new("RGB", (20, 16))]},

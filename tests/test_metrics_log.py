@@ -8,8 +8,8 @@ import pytest
 from tiny import tiny_config, tiny_overrides
 
 from genrl import Trainer
-from genrl.cli import main
-from genrl.metrics import MetricsError, read_metrics
+from genrl.cli.main import main
+from genrl.reporting.metrics import MetricsError, read_metrics
 
 
 def _iterations(run: Path) -> list[int]:
@@ -61,7 +61,7 @@ def test_mean_accumulator_reads_tensors_back_once() -> None:
     plain numbers) to floats at the end."""
     import torch
 
-    from genrl.metrics import MeanAccumulator, to_floats
+    from genrl.reporting.metrics import MeanAccumulator, to_floats
 
     tracker = MeanAccumulator()
     tracker.add({"loss/a": torch.tensor(1.0), "lr": 0.5})

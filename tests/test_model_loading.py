@@ -1,5 +1,5 @@
 """Real models on a machine without the extra or without the network: one line that says what is
-missing and the ways out, quickly (``pipelines/loading.py``). Nothing here leaves the machine:
+missing and the ways out, quickly (``loading/hub.py``). Nothing here leaves the machine:
 the hub is offline (``HF_HUB_OFFLINE``) or its endpoint is a local socket."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import torch
 
-import pipelines.loading as loading
-from genrl.cli import main
-from pipelines.loading import MissingExtraError, ModelNotCachedError, require_local_or_reachable
+import loading.hub as loading
+from genrl.cli.main import main
+from loading.extras import MissingExtraError, missing_extra
+from loading.hub import ModelNotCachedError, require_local_or_reachable
 from reward_models import CompositeReward, build_reward
 
 MADE_UP = "made-up-org/no-such-model-0123"
@@ -198,4 +199,4 @@ def test_missing_reward_library_names_the_extra(
 
 def test_other_import_errors_are_not_blamed_on_an_extra() -> None:
     err = ImportError("No module named 'my_plugin'", name="my_plugin")
-    assert loading.missing_extra(err, "policy 'x'", "diffusers") is None
+    assert missing_extra(err, "policy 'x'", "diffusers") is None

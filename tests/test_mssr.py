@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from genrl.advantages import BetaValueTracker, entropy_shaped_advantages, mssr_advantages
-from genrl.config import TrainConfig
-from genrl.overrides import ConfigError
-from genrl.protocols import EntropyTokenPolicy
+from genrl.config.errors import ConfigError
+from genrl.objectives.advantages import BetaValueTracker, entropy_shaped_advantages, mssr_advantages
+from genrl.policies.protocols import EntropyTokenPolicy
+from genrl.run.config import TrainConfig
 from reward_models import REWARDS
 from samplers.autoregressive import selected_log_probs, selected_log_probs_and_entropies
 from tests.test_causal_lm import CountLetterA, lm_config, save_tiny_lm
@@ -129,7 +129,7 @@ def test_single_rollout_training_on_the_tiny_lm(
 ) -> None:
     """Units carry ``[N, T]`` shaped advantages built from the phase-4 ones and the entropies
     of the sampling policy; two iterations change the parameters."""
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     trainer = Trainer(mssr_lm_config(tmp_path, lm_dir, mssr_entropy=entropy))
@@ -161,7 +161,7 @@ def test_tracker_survives_a_checkpoint(
 ) -> None:
     """Save after one iteration, resume in a fresh trainer: the same tracker, and the next
     iteration gives the same advantages and parameters as the run that went on."""
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     monkeypatch.setitem(REWARDS, "letter_a", CountLetterA)
     config = mssr_lm_config(tmp_path, lm_dir)
@@ -186,8 +186,8 @@ def test_tracker_survives_a_checkpoint(
 
 def test_countdown_mssr_recipe_trains_two_steps(tmp_path: Path) -> None:
     """The recipe on the embedded Countdown LM, shrunk to 2 iterations of 16 prompts x 1."""
+    from genrl.loop.trainer import Trainer
     from genrl.recipes.text import llm_countdown_grpo, llm_countdown_mssr
-    from genrl.trainer import Trainer
 
     config = llm_countdown_mssr()
     grpo = llm_countdown_grpo()

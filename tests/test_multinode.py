@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_multiprocess import ROOT, _sets
 
-from genrl.metrics import read_metrics
+from genrl.reporting.metrics import read_metrics
 
 
 def _free_port() -> int:
@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 
 def _train(tmp_path: Path, run: Path, launcher: list[str]) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "genrl.cli",
+    command = [sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "genrl.cli.main",
                "train", "--output-dir", str(run), *_sets(tmp_path, "train.iterations=2")]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     return subprocess.Popen(

@@ -13,7 +13,7 @@ import pytest
 from tiny import tiny_config, tiny_overrides
 
 from genrl import Trainer
-from genrl.metrics import read_metrics
+from genrl.reporting.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def test_torchrun_on_cpu_trains_one_run_with_two_processes(
     run = tmp_path / "run"
     sets = _sets(tmp_path, "train.iterations=2", *extra)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "2", "-m", "genrl.cli", "train", "--output-dir", str(run),
+               "--nproc_per_node", "2", "-m", "genrl.cli.main", "train", "--output-dir", str(run),
                *sets]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     started = time.perf_counter()

@@ -11,7 +11,7 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.rollout_store import RolloutStore
+from genrl.data.rollout_store import RolloutStore
 
 GDRO = ("algorithm.name=gdro", "algorithm.noisings_per_sample=2", "train.minibatch_size=4")
 

@@ -9,9 +9,15 @@ import pytest
 import torch
 from PIL import Image
 
-from genrl.curves import band, curve_labels, curve_points
-from genrl.plots import font, save_sample_grid, wrap_label
 from genrl.recipes import get_recipe
+from genrl.reporting.pictures import (
+    band,
+    curve_labels,
+    curve_points,
+    font,
+    save_sample_grid,
+    wrap_label,
+)
 from reward_models import CompositeReward
 from reward_models.digits import DigitClassifierReward
 from reward_models.text import CountdownReward, SudokuReward

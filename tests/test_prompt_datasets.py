@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from genrl.prompts import PromptFileError, load_prompts, reward_metadata
-from pipelines.base import prompt_columns, prompt_id
+from genrl.prompts.sources import PromptFileError, load_prompts, reward_metadata
+from tasks.prompt import prompt_columns, prompt_id
 
 ROWS = [
     {"question": "Use 1 2 3 to make 6:", "answer": "6", "level": "easy"},

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from genrl.config import TrainConfig
-from genrl.heldout import heldout_protocol, prompt_key, shared_prompts
-from genrl.prompts import NO_HELDOUT, PROMPT_SETS, PromptFileError, load_prompts
-from pipelines.base import Prompt
+from genrl.prompts.heldout import heldout_protocol, prompt_key, shared_prompts
+from genrl.prompts.sources import NO_HELDOUT, PROMPT_SETS, PromptFileError, load_prompts
+from genrl.run.config import TrainConfig
+from tasks.prompt import Prompt
 
 
 @pytest.mark.parametrize("name", sorted(PROMPT_SETS))

@@ -19,7 +19,8 @@ from diffusers_tiny_families import build_qwenimage_edit
 from PIL import Image
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.rollouts.flow import sample_ode
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,
@@ -30,9 +31,8 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
-from pipelines.base import Prompt
+from tasks.prompt import Prompt
 
 SIZE = {"height": 32, "width": 32}
 TEXTS = ["make it red", "make the dog blue"]
@@ -128,7 +128,7 @@ def test_edit_trains_with_cfg_and_exports_into_the_stock_pipeline(
 ) -> None:
     import diffusers
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     trainer = Trainer(edit_config(tmp_path, edit_dir))
     policy = trainer.policy

@@ -62,7 +62,7 @@ def test_qwenimage_ocr_recipe_runs_on_tiny_stand_ins(tmp_path: Path) -> None:
     from diffusers_tiny_families import build_qwenimage
     from test_ocr_reward import build_tiny_reader
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     config = get_recipe("qwenimage_ocr")
     model = build_qwenimage(tmp_path / "qwenimage")

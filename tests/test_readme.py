@@ -25,7 +25,7 @@ def test_readme_commands_parse_and_their_recipes_validate(command: str) -> None:
     its overrides apply to that recipe and validate (without loading any model)."""
     import shlex
 
-    from genrl.cli import build_parser
+    from genrl.cli.main import build_parser
     from genrl.recipes import DEFAULT_RECIPE, RECIPES, get_recipe
 
     args = build_parser().parse_args(shlex.split(command)[1:])

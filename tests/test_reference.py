@@ -11,8 +11,8 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.metrics import read_metrics
-from genrl.run import build_run
+from genrl.reporting.metrics import read_metrics
+from genrl.run.build import build_run
 
 
 def _parameter_bytes(module: torch.nn.Module) -> int:

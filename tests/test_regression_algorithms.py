@@ -10,7 +10,7 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.overrides import ConfigError
+from genrl.config.errors import ConfigError
 
 ALGORITHMS = {
     "ram": ("algorithm.name=ram", "algorithm.noisings_per_sample=2"),
@@ -134,7 +134,7 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
         (("algorithm.name=ram", "algorithm.time_min=0.9", "algorithm.time_max=0.5"), "time_min"),
         (("algorithm.name=gdro", "train.group_size=1"), "group_size must be >= 2"),
         (("algorithm.name=diffusion_nft", "algorithm.beta=0"), "beta must be positive"),
-        (("algorithm.name=ram", "train.offline_store=/tmp/x"), "cannot read an offline store"),
+        (("algorithm.name=ram", "train.offline_store=store"), "cannot read an offline store"),
         (("algorithm.name=gdro", "train.offline_groups=4"), "needs train.offline_store"),
         (
             ("algorithm.name=gdro", "algorithm.sampling_ema_decay=0.5"),
@@ -235,7 +235,7 @@ def test_the_lagged_copy_is_built_late_and_steps_once_per_iteration(tmp_path: Pa
 
 
 def test_per_sample_noise_streams_do_not_depend_on_the_process_layout() -> None:
-    from genrl.rng import RolloutNoise
+    from genrl.data.rng import RolloutNoise
 
     whole = RolloutNoise(3, 7, 6, slice(0, 6)).randn_by_sample("test_stream", (2, 3))
     halves = [

@@ -12,7 +12,7 @@ import pytest
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.html_report import SECTIONS, ReportInputs, evaluation_files, write_report
+from genrl.reporting.html import SECTIONS, ReportInputs, evaluation_files, write_report
 
 CHROMIUM = next(
     (found for name in ("chromium", "chromium-browser", "google-chrome")

@@ -1,4 +1,4 @@
-"""A DDP checkpoint resumes on another process count (``genrl/resume_layout.py``): written by 2
+"""A DDP checkpoint resumes on another process count (``genrl/checkpoints/resume_layout.py``): written by 2
 processes and continued by 1, and written by 1 and continued by 2.
 
 What holds, measured on the tiny digits run: the continued iteration draws the same prompts and
@@ -19,8 +19,8 @@ from test_multiprocess import ROOT, _sets
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.metrics import read_metrics
-from genrl.resume_layout import layout_notice
+from genrl.checkpoints.resume_layout import layout_notice
+from genrl.reporting.metrics import read_metrics
 
 EXTRA = ("train.iterations=2", "logging.checkpoint_every=1")
 REWARD = "digit_classifier/mean"
@@ -28,7 +28,7 @@ REWARD = "digit_classifier/mean"
 
 def _torchrun(tmp_path: Path, *args: str) -> str:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "2", "-m", "genrl.cli", "train", *args]  # fmt: skip
+               "--nproc_per_node", "2", "-m", "genrl.cli.main", "train", *args]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     env.pop("ACCELERATE_USE_FSDP", None)
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)

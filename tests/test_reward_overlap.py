@@ -14,10 +14,10 @@ import pytest
 import torch
 from tiny import tiny_config
 
-from genrl.collection import CollectedBatch
-from genrl.reward_overlap import RewardWorker, sample_and_score
+from genrl.loop.collection import CollectedBatch
+from genrl.loop.reward_overlap import RewardWorker, sample_and_score
+from genrl.loop.trainer import Trainer
 from genrl.rollouts.base import Chunk
-from genrl.trainer import Trainer
 from reward_models import REWARDS, CompositeReward, RewardError, RewardModel, RewardOutput
 
 torch.set_num_threads(1)

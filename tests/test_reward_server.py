@@ -19,7 +19,7 @@ import torch
 from reward_models import REWARDS, CallableReward, RewardError, RewardModel, RewardOutput
 from reward_models.color import TargetColorReward
 from reward_models.remote import RemoteReward
-from reward_models.server import FRONTS, RewardServer
+from reward_models.serving.server import FRONTS, RewardServer
 from reward_models.wire import encode_outputs, quantize
 
 
@@ -204,7 +204,7 @@ def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) 
     counted), training continues once it is back."""
     from tiny import tiny_config
 
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
     from reward_models import build_reward
 
     config = tiny_config(tmp_path)
@@ -242,7 +242,7 @@ def test_cli_serves_a_registered_reward(tmp_path: Path, front: str) -> None:
     command = [
         sys.executable,
         "-m",
-        "genrl.cli",
+        "genrl.cli.main",
         "serve-reward",
         "target_color",
         "--port",

@@ -21,13 +21,20 @@ from typing import Any
 import pytest
 import torch
 
-import reward_models.server_requests as server_requests
-from reward_models import CallableReward, CompositeReward, RewardError, RewardModel, RewardOutput
+import reward_models.serving.requests as server_requests
+from reward_models import (
+    CallableReward,
+    CompositeReward,
+    RewardError,
+    RewardModel,
+    RewardOutput,
+    build_reward,
+)
 from reward_models.color import TargetColorReward
 from reward_models.corrected import CorrectedScore
 from reward_models.remote import RemoteReward
-from reward_models.server import FRONTS, RewardServer
-from reward_models.server_requests import PixelBudget
+from reward_models.serving.requests import PixelBudget
+from reward_models.serving.server import FRONTS, RewardServer
 from reward_models.text import CountdownReward
 from reward_models.wire import encode_outputs
 
@@ -119,10 +126,13 @@ def test_composites_accept_what_all_their_rewards_accept() -> None:
     assert anything.accepts == ("images", "videos", "texts")
     assert CompositeReward([(TargetColorReward(), 1.0), (anything, 1.0)]).accepts == ("images",)
     assert CompositeReward([(TargetColorReward(), 1.0), (CountdownReward(), 1.0)]).accepts == ()
-    corrected = CorrectedScore({"name": "target_color"}, {"name": "countdown"})
+    corrected = build_reward("corrected_score", reward={"name": "target_color"},
+                             quality={"name": "countdown"})  # fmt: skip
     assert corrected.accepts == ()
-    assert CorrectedScore({"name": "target_color"}, {"name": "overlong_penalty", "kwargs": {
-        "max_length": 4, "buffer": 2}}).accepts == ("images",)  # fmt: skip
+    assert build_reward("corrected_score", reward={"name": "target_color"}, quality={
+        "name": "overlong_penalty", "kwargs": {"max_length": 4, "buffer": 2}}).accepts == ("images",)  # fmt: skip
+    with pytest.raises(TypeError, match="takes built rewards"):
+        CorrectedScore({"name": "target_color"}, {"name": "countdown"})  # type: ignore[arg-type]
 
 
 # -- image encodings ----------------------------------------------------------------------------
@@ -198,7 +208,7 @@ class Failing(RewardModel):
 
 
 def test_internal_errors_are_logged_under_the_request_id_not_sent(serve, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="reward_models.server")
+    caplog.set_level(logging.INFO, logger="reward_models.serving.server")
     server = serve(Failing())
     status, headers, reply = post(server.address, image_body())
     assert status == 500 and "secret" not in json.dumps(reply)
@@ -212,7 +222,7 @@ def test_internal_errors_are_logged_under_the_request_id_not_sent(serve, caplog)
 def test_a_client_that_leaves_mid_body_is_logged_in_one_line(
     serve, caplog, capfd, reset: bool
 ) -> None:
-    caplog.set_level(logging.INFO, logger="reward_models.server")
+    caplog.set_level(logging.INFO, logger="reward_models.serving.server")
     server = serve(TargetColorReward())
     host, port = server.address.removeprefix("http://").split(":")
     connection = socket.create_connection((host, int(port)), timeout=10)
@@ -220,7 +230,7 @@ def test_a_client_that_leaves_mid_body_is_logged_in_one_line(
     if reset:  # close with RST instead of FIN: the server's read fails instead of ending short
         connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     connection.close()
-    records = lambda: [r for r in caplog.records if r.name == "reward_models.server"]  # noqa: E731
+    records = lambda: [r for r in caplog.records if r.name == "reward_models.serving.server"]  # noqa: E731
     until(lambda: len(records()) >= 1, "the server to log the lost client")
     time.sleep(0.3)  # a second record or a traceback would come within this
     assert len(records()) == 1 and records()[0].exc_info is None

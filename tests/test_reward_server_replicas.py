@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import torch
 
-from genrl.cli import main
+from genrl.cli.main import main
 from reward_models import RewardError, RewardOutput
 from reward_models.color import TargetColorReward
 from reward_models.remote import RemoteReward
-from reward_models.server import RewardServer
-from reward_models.server_requests import RequestError
+from reward_models.serving.requests import RequestError
+from reward_models.serving.server import RewardServer
 from reward_models.wire import encode_outputs, quantize
 
 

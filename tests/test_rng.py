@@ -1,4 +1,4 @@
-"""The named random streams (genrl/rng.py): stable keys, independent names and members, the
+"""The named random streams (genrl/data/rng.py): stable keys, independent names and members, the
 same numbers on any process layout."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 
 import torch
 
-from genrl.rng import RolloutNoise, Streams, stream_generator, stream_key
+from genrl.data.rng import RolloutNoise, Streams, stream_generator, stream_key
 
 
 def test_stream_keys_are_blake2b_of_the_parts() -> None:

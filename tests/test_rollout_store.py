@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from genrl.rollout_store import GroupRecord, RolloutStore
+from genrl.data.rollout_store import GroupRecord, RolloutStore
 
 
 def group(prompt: str, seed: int, size: int = 3) -> GroupRecord:
@@ -62,8 +62,8 @@ CRASH = textwrap.dedent(
     import os, sys, torch
     sys.path.insert(0, {tests!r})
     from test_rollout_store import group
-    from genrl import rollout_store
-    from genrl.rollout_store import RolloutStore
+    from genrl.data import rollout_store
+    from genrl.data.rollout_store import RolloutStore
 
     store = RolloutStore({directory!r})
     store.append([group("first", 1), group("second", 2)])

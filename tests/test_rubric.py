@@ -16,14 +16,14 @@ import torch
 from test_artifact_judge import FakeEndpoint, llava  # noqa: F401 (llava: the shared fixture)
 
 from reward_models import build_reward
-from reward_models.rubric_aggregate import aggregate
+from reward_models.rubric.aggregate import aggregate
 
 ANSWER = {"id": "answer", "text": "The final answer is right", "weight": 4, "category": "essential",
           "route": "extract", "extractor": "boxed", "verifier": "numeric"}  # fmt: skip
 SHORT = {"id": "short", "text": "At most six words", "weight": 2, "category": "important",
          "route": "verifier", "verifier": "word_count", "verifier_kwargs": {"max_words": 6}}  # fmt: skip
 UNITS = {"id": "units", "text": "Gives units", "weight": 1, "category": "optional",
-         "route": "verifier", "verifier": "reward_models.rubric_spec:verify_contains",
+         "route": "verifier", "verifier": "reward_models.rubric.spec:verify_contains",
          "answer": "apples"}  # fmt: skip
 SORRY = {"id": "sorry", "text": "Apologises", "weight": 2, "category": "pitfall",
          "route": "verifier", "verifier": "regex", "verifier_kwargs": {"pattern": "(?i)sorry"}}  # fmt: skip

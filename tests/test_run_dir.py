@@ -10,9 +10,9 @@ import pytest
 from tiny import tiny_config, tiny_overrides
 
 from genrl import Trainer
-from genrl.cli import main
-from genrl.metrics import read_metrics
-from genrl.rundir import RunDirectoryError
+from genrl.checkpoints.run_dir import RunDirectoryError
+from genrl.cli.main import main
+from genrl.reporting.metrics import read_metrics
 
 
 def _iterations(run: Path) -> list[int]:
@@ -47,7 +47,7 @@ def test_the_cli_refuses_before_building_and_overwrite_replaces_only_the_run(
     def no_build(*args: object, **kwargs: object) -> None:
         raise AssertionError("the models were built before the directory was checked")
 
-    monkeypatch.setattr("genrl.run.build_policy_from", no_build)
+    monkeypatch.setattr("genrl.run.build.build_policy_from", no_build)
     assert _cli_train(tmp_path, run) == 2
     err = capsys.readouterr().err
     assert err.startswith("genrl: error: ") and err.count("\n") == 1

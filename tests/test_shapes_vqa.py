@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from genrl import Trainer
-from genrl.config import EvalConfig, LoggingConfig, TrainLoopConfig
-from genrl.evaluation import EvalResult
-from genrl.prompts import load_prompts
+from genrl.prompts.sources import load_prompts
 from genrl.recipes import get_recipe
-from genrl.report import save_text_samples
+from genrl.reporting.evaluation import EvalResult
+from genrl.reporting.report import save_text_samples
+from genrl.run.config import EvalConfig, LoggingConfig, TrainLoopConfig
 from pipelines import build_policy
-from pipelines.base import Prompt
 from reward_models import build_reward
-from reward_models.tasks.shapes import (
+from tasks.prompt import Prompt
+from tasks.shapes import (
     COLOURS,
     IMAGE_SIZE,
     ask,
@@ -160,7 +160,7 @@ def test_shipped_tokenizer_keeps_words_and_special_tokens_whole() -> None:
     tokenizes character by character, and decoding gives the text back."""
     from transformers import AutoProcessor
 
-    from reward_models.tasks.shapes import ANSWERS
+    from tasks.shapes import ANSWERS
 
     tokenizer = AutoProcessor.from_pretrained(ASSET_DIR).tokenizer
     for answer in ANSWERS:

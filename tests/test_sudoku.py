@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reward_models.tasks.sudoku import (
+from tasks.sudoku import (
     BLANKS,
     COMPLETION_CHARS,
     PROMPT_CHARS,

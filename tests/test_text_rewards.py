@@ -34,7 +34,7 @@ def test_overlong_penalty_by_hand() -> None:
 
 
 def test_countdown_recipe_trains_the_embedded_model(tmp_path: Path) -> None:
-    from genrl.trainer import Trainer
+    from genrl.loop.trainer import Trainer
 
     config = get_recipe("llm_countdown_grpo")
     config.reward.append(
@@ -64,8 +64,8 @@ def test_countdown_recipe_trains_the_embedded_model(tmp_path: Path) -> None:
 
 
 def test_countdown_chat_prompts_and_answer_tags() -> None:
-    from genrl.prompts import load_prompts
-    from reward_models.tasks.countdown import parse_prompt
+    from genrl.prompts.sources import load_prompts
+    from tasks.countdown import parse_prompt
 
     source = load_prompts("countdown_chat")
     assert len(source.train) == 1000 and len(source.eval) == 200

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from genrl.advantages import rloo_advantages
-from genrl.losses import TokenClippedSurrogate, aggregate
+from genrl.objectives.advantages import rloo_advantages
+from genrl.objectives.losses import TokenClippedSurrogate, aggregate
 
 VALUES = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 MASK = torch.tensor([[True, True, False], [True, False, False]])
@@ -88,7 +88,7 @@ def test_rloo_by_hand() -> None:
 
 
 def test_masked_kl_ignores_very_unlikely_padding() -> None:
-    from genrl.losses import token_kl
+    from genrl.objectives.losses import token_kl
 
     log_probs = torch.tensor([[-1.0, -95.0]], requires_grad=True)
     ref = torch.tensor([[-1.1, 0.0]])
@@ -219,7 +219,7 @@ def test_per_token_advantages_by_hand() -> None:
 def test_token_policy_loss_logs_trl_kl() -> None:
     """``kl`` is TRL's mean per-token k3 over the counted tokens; ``kl_loss`` the aggregated
     term beta multiplies."""
-    from genrl.losses import token_kl, token_policy_loss
+    from genrl.objectives.losses import token_kl, token_policy_loss
 
     log_probs = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -3.0, -3.0]])
     ref = torch.tensor([[-1.0, -1.0, -1.0], [-1.5, -1.0, -1.0]])

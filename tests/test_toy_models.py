@@ -27,7 +27,7 @@ from pipelines.toy import (
     save_model,
     to_pixels,
 )
-from pipelines.toy.prompts import TRAIN_PROMPTS
+from tasks.digits import TRAIN_PROMPTS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,9 +193,10 @@ def test_missing_paths_raise_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(FileNotFoundError, match=r"nope\.safetensors"):
         load_classifier(str(missing))
     # The embedded asset missing: the message names the path and how to rebuild it.
+    import loading.assets
     import pipelines.toy.models as models
 
-    monkeypatch.setattr(models, "embedded_asset_path", lambda name: tmp_path / name)
+    monkeypatch.setattr(loading.assets, "embedded_asset_path", lambda name: tmp_path / name)
     with pytest.raises(FileNotFoundError, match=r"scripts/build_assets\.py") as info:
         models.load_flow_model()
     assert EMBEDDED_FLOW in str(info.value)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from genrl import Trainer, get_recipe
-from genrl.overrides import ConfigError
-from genrl.trackers import check_report_to, trl_names
+from genrl.config.errors import ConfigError
+from genrl.reporting.trackers import check_report_to, trl_names
 
 TINY = [
     "train.iterations=2",
@@ -207,7 +207,7 @@ def test_each_tracker_writes_metrics_and_images_offline(
 
 
 def test_overwrite_clears_the_trackers_files(tmp_path: Path) -> None:
-    from genrl.rundir import clear_run
+    from genrl.checkpoints.run_dir import clear_run
 
     for folder in ("wandb", "trackio"):
         (tmp_path / folder).mkdir()
@@ -228,7 +228,7 @@ def test_video_grids_reach_the_trackers_as_videos(
     pytest.importorskip("wandb")
     if importlib.util.find_spec("trackio") is None:
         pytest.skip("trackio is not installed")
-    from genrl.trackers import TrackioTracker, WandbTracker
+    from genrl.reporting.trackers import TrackioTracker, WandbTracker
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -14,7 +14,7 @@ import torch
 from tiny import tiny_config
 
 from genrl import Trainer
-from genrl.metrics import read_metrics
+from genrl.reporting.metrics import read_metrics
 from reward_models import REWARDS, RewardModel, RewardOutput
 
 
@@ -189,7 +189,7 @@ def test_gradient_accumulation_matches_one_larger_minibatch(tmp_path: Path) -> N
 
 def test_only_a_windows_last_backward_is_the_sync_boundary(tmp_path: Path) -> None:
     """DeepSpeed steps inside ``accelerator.backward`` when accelerate's ``sync_gradients`` is
-    set (genrl/deepspeed_support.py): 48 units in minibatches of 16, accumulating 2, make the
+    set (genrl/distributed/deepspeed.py): 48 units in minibatches of 16, accumulating 2, make the
     windows [0, 1] and [2], so the flag is False, True, True; the LR of the window's step is in
     place before its first backward (warm-up over 2 steps of lr 1e-2: 5e-3, then 1e-2)."""
     trainer = Trainer(
@@ -319,7 +319,7 @@ def test_trained_timesteps(tmp_path: Path, selection: str) -> None:
 def test_export_command_writes_the_checkpoint_weights(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from genrl.cli import main
+    from genrl.cli.main import main
 
     config = tiny_config(tmp_path, f"output_dir={tmp_path / 'run'}")
     trainer = Trainer(config)
@@ -356,8 +356,8 @@ class Brightness(RewardModel):
 def test_two_rewards_normalised_then_summed(tmp_path: Path, monkeypatch) -> None:
     """A composite of two rewards with GDPO's aggregation: per-reward metrics are logged and the
     advantages are the algorithm's estimator applied to the decoupled rewards."""
-    from genrl.advantages import decoupled_group_rewards
-    from genrl.config import RewardSpec
+    from genrl.objectives.advantages import decoupled_group_rewards
+    from genrl.run.config import RewardSpec
 
     monkeypatch.setitem(REWARDS, "brightness", Brightness)
 
@@ -409,7 +409,7 @@ def test_sharded_models_evaluate_every_chunk_on_every_process() -> None:
 
     from accelerate.utils import DistributedType
 
-    from genrl.evaluation import _process_layout
+    from genrl.reporting.evaluation import _process_layout
 
     ddp = SimpleNamespace(
         num_processes=4, process_index=2, distributed_type=DistributedType.MULTI_GPU
@@ -421,9 +421,9 @@ def test_sharded_models_evaluate_every_chunk_on_every_process() -> None:
 
 
 def test_build_run_makes_every_component_in_order(tmp_path: Path) -> None:
-    """genrl.run.build_run: the components a Trainer drives, built once; the optimizer holds
+    """genrl.run.build.build_run: the components a Trainer drives, built once; the optimizer holds
     exactly the trainable parameters, and the module the accelerator prepared is the policy's."""
-    from genrl.run import build_run
+    from genrl.run.build import build_run
 
     run = build_run(tiny_config(tmp_path, "policy.lora_rank=4"))
     params = {id(p) for group in run.optimizer.param_groups for p in group["params"]}
@@ -432,7 +432,7 @@ def test_build_run_makes_every_component_in_order(tmp_path: Path) -> None:
     assert type(run.rollout).__name__ == "FlowSDERollout"
     assert type(run.objective).__name__ == "FlowPolicyGradient"
     # One keyword set for every adapter: the embedded model refuses what it cannot do.
-    from genrl.overrides import ConfigError
+    from genrl.config.errors import ConfigError
     from pipelines import build_policy
 
     with pytest.raises(ValueError, match="runs in float32"):

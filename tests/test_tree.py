@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from genrl.tree_advantages import depthwise_advantages, edge_advantages_per_leaf, node_values
+from genrl.objectives.tree_advantages import (
+    depthwise_advantages,
+    edge_advantages_per_leaf,
+    node_values,
+)
 from samplers import FlowODESampler, FlowSDESampler, flow_sigmas
 from samplers.tree import TreeSampler, TreeSchedule
 

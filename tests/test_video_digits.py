@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from genrl import Trainer, get_recipe
-from genrl.config import TrainConfig
-from pipelines.toy.models import DigitClassifier, embedded_asset_path, save_model
+from genrl.run.config import TrainConfig
+from loading.assets import embedded_asset_path, save_model
 from pipelines.toy.video import (
     CANVAS,
     EMBEDDED_VIDEO_FLOW,
@@ -27,14 +27,15 @@ from pipelines.toy.video import (
     save_video_model,
 )
 from pipelines.toy.video_policy import ToyVideoDigitsPolicy
-from pipelines.toy.video_prompts import (
+from reward_models import build_reward
+from reward_models.moving_digits import MovingDigitReward, centred_windows, ink_centroids
+from tasks.digits import DigitClassifier
+from tasks.video_digits import (
     VIDEO_EVAL_PROMPTS,
     VIDEO_TRAIN_PROMPTS,
     parse_video_prompt,
     video_prompt_for,
 )
-from reward_models import build_reward
-from reward_models.moving_digits import MovingDigitReward, centred_windows, ink_centroids
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

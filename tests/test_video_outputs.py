@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from genrl.metrics import MetricsWriter
-from genrl.plots import save_side_by_side, save_video_samples
+from genrl.reporting.metrics import MetricsWriter
+from genrl.reporting.pictures import save_side_by_side, save_video_samples
 
 PROMPTS = ["a 3 moving right", "a 1 moving left"] * 3  # 2 prompts x 3 samples
 

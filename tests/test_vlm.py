@@ -14,7 +14,8 @@ from vision_tiny import build_qwen2_vl
 
 from genrl import Trainer
 from genrl.algorithms.grpo import GRPOConfig
-from genrl.config import (
+from genrl.prompts.sources import PromptFileError, load_prompts
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     LoggingConfig,
@@ -25,11 +26,10 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from genrl.prompts import PromptFileError, load_prompts
 from pipelines import build_policy
-from pipelines.base import Prompt
 from reward_models import REWARDS, RewardModel, RewardOutput
 from samplers.autoregressive import TokenSampler
+from tasks.prompt import Prompt
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +302,7 @@ def test_rows_that_share_a_text_keep_their_own_images_and_checkpoints_load(
 
 
 def test_rounds_with_and_without_images_concatenate(qwen: Path) -> None:
-    from genrl.rollout import TokenRollout
+    from genrl.data.batches import TokenRollout
 
     policy = build_policy("vlm", pretrained=str(qwen))
     text_only = [Prompt("No picture here.")]

@@ -12,7 +12,9 @@ from diffusers_tiny import build_wan
 
 from genrl import Trainer
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.recipes.wan import WAN_RECIPES
+from genrl.rollouts.flow import sample_ode
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,
@@ -23,8 +25,6 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from genrl.recipes.wan import WAN_RECIPES
-from genrl.rollouts.flow import sample_ode
 from pipelines import build_policy
 from reward_models import REWARDS, RewardModel, RewardOutput
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 from genrl import get_recipe
-from genrl.config import TrainConfig
-from pipelines.toy.models import DigitClassifier, DigitFlowModel, save_model
+from genrl.run.config import TrainConfig
+from loading.assets import save_model
+from pipelines.toy.models import DigitFlowModel
+from tasks.digits import DigitClassifier
 
 
 def tiny_models(directory: Path) -> tuple[Path, Path]:

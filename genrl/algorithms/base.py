@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from genrl.config import TrainConfig
     from genrl.objectives.base import Objective
-    from genrl.protocols import Policy
+    from genrl.policies.protocols import Policy
     from genrl.rollouts.base import Rollout
 
 
@@ -32,7 +31,7 @@ class AlgorithmConfig:
 
 
 class Algorithm(abc.ABC):
-    """A registered pairing of a rollout and an objective (DESIGN.md section 3)."""
+    """A registered pairing of a rollout and an objective (docs/architecture.md, section 3)."""
 
     Config: ClassVar[type[AlgorithmConfig]]
     needs_groups: ClassVar[bool] = True
@@ -49,7 +48,9 @@ class Algorithm(abc.ABC):
     group_units: ClassVar[bool] = False
     """True when every training unit holds a whole group, so each process needs whole groups."""
 
-    def __init__(self, config: AlgorithmConfig, train_config: TrainConfig) -> None:
+    def __init__(self, config: AlgorithmConfig, train_config: Any) -> None:
+        # train_config is the run's TrainConfig (genrl/run/config.py), typed Any as in the
+        # rollouts and objectives: that module is built on this registry and sits above it.
         self.config = config
         self.train_config = train_config
 
@@ -57,7 +58,7 @@ class Algorithm(abc.ABC):
     def build(self, policy: Policy) -> tuple[Rollout[Any, Any], Objective[Any, Any, Any]]:
         """The rollout and the objective of a run, bound to its policy (e.g. samplers on the
         model's own noise schedule). Called once, after the policy is set up for training;
-        refuses (``genrl.protocols.require``) a policy of the wrong kind."""
+        refuses (``genrl.policies.protocols.require``) a policy of the wrong kind."""
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}

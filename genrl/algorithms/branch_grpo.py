@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
+from genrl.config.errors import ConfigError
 from genrl.objectives.tree_policy_gradient import TreePolicyGradient, TreePolicyGradientConfig
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy, Policy, require
+from genrl.policies.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.flow import StochasticSamplingConfig
 from genrl.rollouts.tree import BranchingRollout, BranchingRolloutConfig
 

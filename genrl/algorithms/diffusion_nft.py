@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
+from genrl.config.errors import ConfigError
 from genrl.objectives.regression_objectives import NFTObjective, NFTObjectiveConfig
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy, Policy, require
+from genrl.policies.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
 from genrl.rollouts.flow import FlowSamplingConfig
 

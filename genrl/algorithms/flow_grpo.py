@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.flow_policy_gradient import FlowPolicyGradient, FlowPolicyGradientConfig
-from genrl.protocols import FlowPolicy, Policy, require
+from genrl.policies.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.flow_sde import FlowSDERollout, SDESamplingConfig
 
 

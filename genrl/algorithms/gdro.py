@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
+from genrl.config.errors import ConfigError
 from genrl.objectives.regression_objectives import GDROObjective, GDROObjectiveConfig
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy, Policy, require
+from genrl.policies.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout
 from genrl.rollouts.flow import FlowSamplingConfig
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.tokens import TokenPolicyGradient, TokenPolicyGradientConfig
-from genrl.protocols import CausalTokenPolicy, Policy, require
+from genrl.policies.protocols import CausalTokenPolicy, Policy, require
 from genrl.rollouts.tokens import AutoregressiveRollout, GenerationConfig
 
 

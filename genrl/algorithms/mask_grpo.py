@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient, MaskedViewsConfig
 from genrl.objectives.tokens import TokenPolicyGradientConfig
-from genrl.protocols import MaskedTokenPolicy, Policy, require
+from genrl.policies.protocols import MaskedTokenPolicy, Policy, require
 from genrl.rollouts.masked import UnmaskingConfig, UnmaskingRollout
 
 
@@ -29,7 +29,7 @@ class MaskGRPOConfig(MaskedViewsConfig, TokenPolicyGradientConfig, AlgorithmConf
     """Registry name."""
     aggregation: Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"] = "bnpo"
     """Reduction over counted tokens: both released codes take one token mean over the local
-    minibatch (``bnpo``); see ``genrl.losses.aggregate`` for the others."""
+    minibatch (``bnpo``); see ``genrl.objectives.losses.aggregate`` for the others."""
     std_eps: float = 1e-5
     """Added to the std (MaskGRPO: 1e-5)."""
     kl_beta: float = 0.01

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.objectives.regression_objectives import RAMObjective, RAMObjectiveConfig
-from genrl.protocols import FlowPolicy, Policy, require
+from genrl.policies.protocols import FlowPolicy, Policy, require
 from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
 from genrl.rollouts.flow import FlowSamplingConfig
 

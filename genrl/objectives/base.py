@@ -14,10 +14,10 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from genrl.losses import Metrics
-from genrl.protocols import Policy
-from genrl.rng import RolloutNoise
-from genrl.rollout import Batch
+from genrl.data.batches import Batch
+from genrl.data.rng import RolloutNoise
+from genrl.objectives.losses import Metrics
+from genrl.policies.protocols import Policy
 
 P = TypeVar("P", bound=Policy)
 B = TypeVar("B", bound=Batch)
@@ -51,7 +51,7 @@ def updates_once(train_config: Any, units: int) -> bool:
 
 class Objective(abc.ABC, Generic[P, B, U]):
     """Base of every objective: ``P`` is the policy protocol it scores with
-    (``genrl/protocols.py``), ``B`` the rollout's batch, ``U`` the training units."""
+    (``genrl/policies/protocols.py``), ``B`` the rollout's batch, ``U`` the training units."""
 
     @property
     def uses_reference(self) -> bool:

@@ -16,19 +16,19 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import (
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowTrajectory, FlowTransitions, SharedRows
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.objectives.advantages import (
     PerPromptStatTracker,
     clip_advantages,
     median_centered_advantages,
     validate_median_groups,
 )
-from genrl.losses import Metrics
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowTrajectory, FlowTransitions, SharedRows
+from genrl.objectives.losses import Metrics
+from genrl.policies.protocols import FlowPolicy
 
 
 @dataclass
@@ -62,7 +62,7 @@ class FlowPolicyGradientConfig(FlowStepLossConfig):
     """``group``: the per-prompt normalisation above; ``median``: MC-GRPO (Kim 2026): groups
     of ``G + 1`` (an odd ``train.group_size``) centred on their median and scaled by its
     absolute deviation, the median sample left out of training
-    (``genrl.advantages.median_centered_advantages``)."""
+    (``genrl.objectives.advantages.median_centered_advantages``)."""
     mad_eps: float = 1e-3
     """``advantage=median``: added to the median absolute deviation (MC-GRPO: 1e-3)."""
 

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.losses import ClippedSurrogate, Metrics, gaussian_mean_kl
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowTransitions
+from genrl.objectives.losses import ClippedSurrogate, Metrics, gaussian_mean_kl
 from genrl.objectives.regression_losses import per_sample_mean
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rollout import FlowTransitions
+from genrl.policies.protocols import FlowPolicy
 
 
 @dataclass

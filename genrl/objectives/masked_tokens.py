@@ -20,12 +20,12 @@ from typing import Any, Literal
 
 import torch
 
+from genrl.config.errors import ConfigError
+from genrl.data.batches import MaskedSamples, MaskedUnits
+from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.dllm_estimators import ESTIMATORS, LikelihoodEstimator
 from genrl.objectives.tokens import TokenObjective
-from genrl.overrides import ConfigError
-from genrl.protocols import MaskedTokenPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import MaskedSamples, MaskedUnits
+from genrl.policies.protocols import MaskedTokenPolicy
 from samplers.masked import MaskedDiffusionSampler
 
 

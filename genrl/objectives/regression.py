@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 import torch
 
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowEndpoints, NoisedEndpoints, SharedRows
+from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.base import Objective
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowEndpoints, NoisedEndpoints, SharedRows
+from genrl.policies.protocols import FlowPolicy
 
 
 @dataclass

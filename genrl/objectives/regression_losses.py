@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from genrl.losses import Metrics
+from genrl.objectives.losses import Metrics
 
 
 def per_sample_mean(x: torch.Tensor, batch_dims: int = 1) -> torch.Tensor:

@@ -11,15 +11,15 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import PerPromptStatTracker, clip_advantages, group_moments
-from genrl.losses import Metrics
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowEndpoints, NoisedEndpoints
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages, group_moments
 from genrl.objectives.base import StepContext
+from genrl.objectives.losses import Metrics
 from genrl.objectives.regression import EndpointRegression, NoisingConfig, unit_velocity
 from genrl.objectives.regression_losses import GroupRankingLoss, NFTLoss, RAMLoss
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowEndpoints, NoisedEndpoints
+from genrl.policies.protocols import FlowPolicy
 
 
 # -- RAM -------------------------------------------------------------------------------------------

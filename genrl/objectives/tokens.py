@@ -14,7 +14,7 @@ count of DAPO's step-wide mean); ``TokenPolicyGradient`` scores a causal LM's co
 
 ``advantage=mssr`` replaces the group by MSSR's single-rollout advantages (Liu et al. 2025,
 arXiv 2512.18215): a per-prompt Beta baseline tracked across iterations, batch normalisation,
-and an entropy bonus per token (``genrl.advantages.BetaValueTracker``, ``mssr_advantages``,
+and an entropy bonus per token (``genrl.objectives.advantages.BetaValueTracker``, ``mssr_advantages``,
 ``entropy_shaped_advantages``).
 """
 
@@ -27,7 +27,10 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from genrl.advantages import (
+from genrl.config.errors import ConfigError
+from genrl.data.batches import Batch, TokenRollout
+from genrl.data.rng import RolloutNoise
+from genrl.objectives.advantages import (
     BetaValueTracker,
     clip_advantages,
     entropy_shaped_advantages,
@@ -36,12 +39,9 @@ from genrl.advantages import (
     sequence_advantages,
     validate_median_groups,
 )
-from genrl.losses import AGGREGATIONS, Metrics, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.base import Objective, StepContext, updates_once
-from genrl.overrides import ConfigError
-from genrl.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
-from genrl.rng import RolloutNoise
-from genrl.rollout import Batch, TokenRollout
+from genrl.objectives.losses import AGGREGATIONS, Metrics, TokenClippedSurrogate, token_policy_loss
+from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
 
 TP = TypeVar("TP", bound=TokenPolicy)
 TB = TypeVar("TB", bound=Batch)
@@ -59,7 +59,7 @@ class TokenPolicyGradientConfig:
     aggregation: Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"] = (
         "sequence_mean"
     )
-    """Loss reduction over tokens (``genrl.losses.aggregate``): per-sequence mean (GRPO, TRL
+    """Loss reduction over tokens (``genrl.objectives.losses.aggregate``): per-sequence mean (GRPO, TRL
     ``grpo``); token mean over the optimizer step's tokens on all processes (DAPO, TRL ``dapo``);
     token mean per minibatch (TRL ``bnpo``); mean of per-sequence token sums (verl
     ``seq-mean-token-sum``); token sum / (B * max_new_tokens) (Dr.GRPO)."""
@@ -67,7 +67,7 @@ class TokenPolicyGradientConfig:
     """``group``: z-score within the group (std per ``std_mode``); ``rloo``: leave-one-out;
     ``median``: MC-GRPO (Kim 2026): groups of ``G + 1`` (an odd ``train.group_size``) centred on
     their median and scaled by its absolute deviation, the median sample left out of training
-    (``genrl.advantages.median_centered_advantages``); ``mssr``: MSSR (Liu et al. 2025, arXiv
+    (``genrl.objectives.advantages.median_centered_advantages``); ``mssr``: MSSR (Liu et al. 2025, arXiv
     2512.18215), one rollout per prompt (``train.group_size=1``, ``algorithm.name=grpo`` only):
     reward minus the prompt's tracked Beta baseline, normalised over the batch, plus a per-token
     entropy bonus (the ``mssr_*`` fields; ``std_mode``, ``std_estimator`` and ``std_eps`` are
@@ -234,8 +234,8 @@ class TokenObjective(Objective[TP, TB, TU]):
         group_ids: torch.Tensor,
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
-        """``[N]`` group-relative advantages (``genrl.advantages.sequence_advantages``), or
-        MSSR's tracked-baseline ones (``genrl.advantages.mssr_advantages``; the per-token
+        """``[N]`` group-relative advantages (``genrl.objectives.advantages.sequence_advantages``), or
+        MSSR's tracked-baseline ones (``genrl.objectives.advantages.mssr_advantages``; the per-token
         entropy bonus is added by ``units``)."""
         del inputs
         c = self.config
@@ -379,7 +379,7 @@ class TokenPolicyGradient(TokenObjective[CausalTokenPolicy, TokenRollout, TokenR
 
     def mssr_units(self, policy: CausalTokenPolicy, batch: TokenRollout) -> TokenRollout:
         """MSSR's units: the sequence advantages ``[N]`` become ``[N, T]``,
-        ``A + min(alpha H_t, |A| / kappa)`` (``genrl.advantages.entropy_shaped_advantages``).
+        ``A + min(alpha H_t, |A| / kappa)`` (``genrl.objectives.advantages.entropy_shaped_advantages``).
 
         ``H_t`` is the entropy of the policy that sampled the rollout, measured here, before
         any update, and fixed for the iteration's passes, as the released code takes it from

@@ -1,7 +1,7 @@
 """BranchGRPO's objective (Li et al. 2025): depth-wise advantages of a tree's edges, pruning,
 and the flow-step loss of every trained edge (``genrl/objectives/flow_steps.py``).
 
-Leaf rewards are fused up each tree and z-scored depth by depth (``genrl/tree_advantages.py``,
+Leaf rewards are fused up each tree and z-scored depth by depth (``genrl/objectives/tree_advantages.py``,
 following the reference code's conventions). The advantages travel as ``[N, T]`` per leaf and
 step: entry ``(l, t)`` is the advantage of the edge of step ``t`` on the path to leaf ``l``.
 Pruning changes what is trained, never the rollout (``genrl/objectives/tree_pruning.py``).
@@ -14,22 +14,14 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.advantages import clip_advantages
-from genrl.losses import Metrics
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowTransitions, SharedRows, TreeTrajectories
+from genrl.data.rng import RolloutNoise
+from genrl.objectives.advantages import clip_advantages
 from genrl.objectives.base import Objective, StepContext
 from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
-from genrl.objectives.tree_pruning import (
-    WIDTH_PRUNING,
-    WidthPruning,
-    kept_edges,
-    num_kept_edges,
-    pruned_depths,
-)
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise
-from genrl.rollout import FlowTransitions, SharedRows, TreeTrajectories
-from genrl.tree_advantages import (
+from genrl.objectives.losses import Metrics
+from genrl.objectives.tree_advantages import (
     FUSIONS,
     depthwise_advantages,
     edge_advantages_per_leaf,
@@ -37,6 +29,14 @@ from genrl.tree_advantages import (
     node_values,
     per_leaf,
 )
+from genrl.objectives.tree_pruning import (
+    WIDTH_PRUNING,
+    WidthPruning,
+    kept_edges,
+    num_kept_edges,
+    pruned_depths,
+)
+from genrl.policies.protocols import FlowPolicy
 
 
 @dataclass
@@ -186,7 +186,7 @@ class TreePolicyGradient(Objective[FlowPolicy, TreeTrajectories, FlowTransitions
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
         """``[N, T]`` edge advantages along every leaf's path, from the trees' raw leaf rewards
-        (``genrl/tree_advantages.py``), clipped to ``+-advantage_clip``."""
+        (``genrl/objectives/tree_advantages.py``), clipped to ``+-advantage_clip``."""
         del prompts
         c, schedule = self.config, self.schedule
         leaves = schedule.num_leaves

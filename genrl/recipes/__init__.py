@@ -1,50 +1,27 @@
-"""Recipes: functions returning a complete ``TrainConfig``. ``genrl train NAME`` runs one."""
+"""Recipes: functions returning a complete ``TrainConfig``; ``genrl train NAME`` runs one.
+
+One module per family of recipes (``digits.py``, ``images.py``, ``text.py``, ...), the registry
+that collects them (``registry.py``: ``RECIPES``, ``get_recipe``) and the catalog of their names,
+descriptions and needs (``catalog.py``), which the command line reads without importing torch.
+Importing this package imports neither: ``RECIPES`` and ``get_recipe`` load the registry on
+first use (PEP 562), so that ``genrl.recipes.catalog`` stays light.
+"""
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from genrl.config import TrainConfig
-from genrl.overrides import ConfigError
-from genrl.recipe_catalog import DEFAULT_RECIPE
-from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
-from genrl.recipes.compositional_methods import COMPOSITIONAL_METHOD_RECIPES
-from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
-from genrl.recipes.dllm import DLLM_RECIPES
-from genrl.recipes.images import IMAGE_RECIPES
-from genrl.recipes.objectives import OBJECTIVE_RECIPES
-from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
-from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
-from genrl.recipes.text import TEXT_RECIPES
-from genrl.recipes.video_digits import VIDEO_RECIPES
-from genrl.recipes.vlm import VLM_RECIPES
-from genrl.recipes.wan import WAN_RECIPES
-
-RECIPES: dict[str, Callable[[], TrainConfig]] = {
-    "digits_flow_grpo": digits_flow_grpo,
-    "digits_flow_grpo_lora": digits_flow_grpo_lora,
-    "digits_branch_grpo": digits_branch_grpo,
-    **IMAGE_RECIPES,
-    **QWENIMAGE_RECIPES,
-    **WAN_RECIPES,
-    **OBJECTIVE_RECIPES,
-    **TEXT_RECIPES,
-    **DLLM_RECIPES,
-    **QWEN_VL_RECIPES,
-    **VIDEO_RECIPES,
-    **COMPOSITIONAL_RECIPES,
-    **COMPOSITIONAL_METHOD_RECIPES,
-    **VLM_RECIPES,
-}
-
-
-def get_recipe(name: str) -> TrainConfig:
-    if name not in RECIPES:
-        close = difflib.get_close_matches(name, list(RECIPES), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown recipe {name!r}.{hint} Known: {', '.join(RECIPES)}")
-    return RECIPES[name]()
-
+if TYPE_CHECKING:
+    from genrl.recipes.registry import DEFAULT_RECIPE, RECIPES, get_recipe
 
 __all__ = ["DEFAULT_RECIPE", "RECIPES", "get_recipe"]
+
+
+def __getattr__(name: str) -> Any:
+    """The registry's public names, imported on first access."""
+    if name in __all__:
+        value = getattr(importlib.import_module("genrl.recipes.registry"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'genrl.recipes' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The compositional task: Flow-GRPO on the tiny text-conditioned scene generator, scored like
 GenEval.
 
-32x32 RGB scenes of up to four coloured shapes on a 2x2 grid (``reward_models/tasks/
+32x32 RGB scenes of up to four coloured shapes on a 2x2 grid (``tasks/
 compositional.py``), prompts of GenEval's six categories, rewarded by the ``compositional``
 reward (``reward_models/compositional.py``: a per-cell detector, then all-or-nothing
 correctness of the prompt's requirements). Training prompts and held-out prompts name disjoint
@@ -12,7 +12,7 @@ a 2-core CPU with the weights shipped in ``genrl/assets/compositional``.
 from __future__ import annotations
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     OptimConfig,
     PolicyConfig,

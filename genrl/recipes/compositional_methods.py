@@ -25,8 +25,8 @@ from genrl.algorithms.diffusion_nft import DiffusionNFTConfig
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
 from genrl.algorithms.gdro import GDROConfig
 from genrl.algorithms.ram import RAMConfig
-from genrl.config import SDESamplingConfig, TrainConfig
 from genrl.recipes.compositional import compositional_flow_grpo
+from genrl.run.config import SDESamplingConfig, TrainConfig
 
 
 def _base(name: str) -> TrainConfig:

@@ -6,7 +6,7 @@ Runs on a 2-core CPU in a few minutes with weights shipped in ``genrl/assets``.
 from __future__ import annotations
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     OptimConfig,
     PolicyConfig,

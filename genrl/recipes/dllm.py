@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from genrl.algorithms.diffu_grpo import DiffuGRPOConfig
 from genrl.algorithms.mask_grpo import MaskGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     OptimConfig,
     PolicyConfig,

@@ -48,7 +48,7 @@ Each runs on the tiny stand-ins of ``tests/`` with ``policy.pretrained`` (and th
 from __future__ import annotations
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,

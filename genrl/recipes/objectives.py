@@ -13,9 +13,9 @@ from __future__ import annotations
 from genrl.algorithms.diffusion_nft import DiffusionNFTConfig
 from genrl.algorithms.gdro import GDROConfig
 from genrl.algorithms.ram import RAMConfig
-from genrl.config import FlowSamplingConfig, OptimConfig, RewardSpec, TrainConfig
 from genrl.recipes.digits import digits_flow_grpo
 from genrl.recipes.images import flux_dev_hps, sd35m_pickscore
+from genrl.run.config import FlowSamplingConfig, OptimConfig, RewardSpec, TrainConfig
 
 
 # -- the embedded task -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ weights does here. Not run here (no GPU).
 from __future__ import annotations
 
 from genrl.algorithms.grpo import GRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     LoggingConfig,

@@ -24,13 +24,13 @@ Translation shared with ``genrl/recipes/images.py``: the global batch is
 ``prompts_per_iteration * group_size``; ``gradient_accumulation_steps`` is set for 8 processes
 so that an iteration takes the reference's two optimizer steps; prompts default to a bundled set.
 CFG is Qwen-Image's "true CFG" (``true_cfg_scale`` with the empty negative prompt, rescaled to
-the conditional norm: ``pipelines/qwenimage.py``), which is ``sampler.guidance_scale`` here.
+the conditional norm: ``pipelines/diffusers/qwenimage.py``), which is ``sampler.guidance_scale`` here.
 """
 
 from __future__ import annotations
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from genrl.algorithms.grpo import GRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     OptimConfig,

@@ -10,7 +10,7 @@ direction). Runs on a 2-core CPU in minutes with the weights shipped in
 from __future__ import annotations
 
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     OptimConfig,
     PolicyConfig,

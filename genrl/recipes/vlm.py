@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from genrl.algorithms.grpo import GRPOConfig
-from genrl.config import (
+from genrl.run.config import (
     EvalConfig,
     GenerationConfig,
     OptimConfig,
@@ -13,7 +13,7 @@ from genrl.config import (
     TrainConfig,
     TrainLoopConfig,
 )
-from reward_models.tasks.shapes import MAX_ANSWER_CHARS
+from tasks.shapes import MAX_ANSWER_CHARS
 
 
 def vlm_shapes_grpo() -> TrainConfig:
@@ -85,7 +85,7 @@ SHAPES_RUBRIC = [
 
 def vlm_shapes_rubric() -> TrainConfig:
     """``vlm_shapes_grpo`` rewarded by a rubric instead of the task's reward
-    (``reward_models/rubric.py``): the correct answer is essential and gates the rest, a
+    (``reward_models/rubric/reward.py``): the correct answer is essential and gates the rest, a
     one-word answer is important; every criterion's score is logged and drawn in
     ``score_curves.png``. The answer comes from each prompt's ``answer`` column."""
     config = vlm_shapes_grpo()

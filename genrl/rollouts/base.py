@@ -8,7 +8,7 @@ It knows no loss: that is the objective's (``genrl/objectives/base.py``).
 
 ``stream`` is ``collect`` in chunks: it yields each chunk of samples as soon as it is sampled,
 so that the collector can score one chunk while the next is sampled (``train.overlap_rewards``,
-``genrl/reward_overlap.py``). The default yields the whole batch once ``collect`` returns, which
+``genrl/loop/reward_overlap.py``). The default yields the whole batch once ``collect`` returns, which
 is right for rollouts whose chunks cannot be sampled one after the other without changing the
 samples: trees (BranchGRPO needs every leaf of a tree) and token rollouts (one generator draws
 for the whole batch).
@@ -23,9 +23,9 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from genrl.protocols import Policy
-from genrl.rng import RolloutNoise
-from genrl.rollout import Batch
+from genrl.data.batches import Batch
+from genrl.data.rng import RolloutNoise
+from genrl.policies.protocols import Policy
 
 P = TypeVar("P", bound=Policy)
 B = TypeVar("B", bound=Batch)
@@ -60,7 +60,7 @@ def chunk_rows(num_samples: int, size: int) -> list[slice]:
 
 class Rollout(abc.ABC, Generic[P, B]):
     """Base of every rollout; built once per run by its algorithm, after the policy. ``P`` is
-    the policy protocol it samples from (``genrl/protocols.py``), ``B`` the batch it makes."""
+    the policy protocol it samples from (``genrl/policies/protocols.py``), ``B`` the batch it makes."""
 
     @property
     def uses_reference(self) -> bool:
@@ -110,7 +110,7 @@ class Rollout(abc.ABC, Generic[P, B]):
 
     def evaluation_sampling(self) -> str:
         """How ``evaluation_outputs`` samples, in a few words for the run's held-out protocol
-        (``genrl/heldout.py``): e.g. "a deterministic ODE sampler, 10 steps"."""
+        (``genrl/prompts/heldout.py``): e.g. "a deterministic ODE sampler, 10 steps"."""
         return f"{type(self).__name__}'s held-out sampler"
 
     def from_stored(
@@ -123,7 +123,7 @@ class Rollout(abc.ABC, Generic[P, B]):
         raise TypeError(f"{type(self).__name__} cannot train from stored samples")
 
     def describe(self) -> dict[str, Any]:
-        """How this rollout samples, recorded with stored samples (``genrl/offline.py``)."""
+        """How this rollout samples, recorded with stored samples (``genrl/loop/offline.py``)."""
         return {"rollout": type(self).__name__}
 
     def state_dict(self) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from genrl.ema import EMA
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowEndpoints
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowEndpoints
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.policies.ema import EMA
+from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
 from genrl.rollouts.flow import FlowRollout
 from samplers import FlowODESampler

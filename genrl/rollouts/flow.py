@@ -14,9 +14,9 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from genrl.overrides import ConfigError, unknown_message
-from genrl.protocols import FlowPolicy
-from genrl.rollout import FlowBatch
+from genrl.config.errors import ConfigError, unknown_message
+from genrl.data.batches import FlowBatch
+from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import OutputFn, Rollout
 from samplers.flow_ode import integrate
 

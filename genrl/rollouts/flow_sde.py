@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.losses import gaussian_mean_kl
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowTrajectory, FlowTransitions
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowTrajectory, FlowTransitions
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.objectives.losses import gaussian_mean_kl
+from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
 from genrl.rollouts.flow import FlowRollout, StochasticSamplingConfig
 from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler, StepOutput

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.overrides import ConfigError
-from genrl.protocols import MaskedTokenPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import MaskedSamples
+from genrl.config.errors import ConfigError
+from genrl.data.batches import MaskedSamples
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.policies.protocols import MaskedTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
 from genrl.rollouts.tokens import EVAL_SEED_STRIDE, TokenGenerationConfig, temperature_words
 from samplers.masked import MaskedDiffusionSampler

@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from genrl.overrides import ConfigError
-from genrl.protocols import CausalTokenPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import TokenRollout
+from genrl.config.errors import ConfigError
+from genrl.data.batches import TokenRollout
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.policies.protocols import CausalTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
 from samplers.autoregressive import TokenSampler
 

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 import torch
 
-from genrl.overrides import ConfigError
-from genrl.protocols import FlowPolicy
-from genrl.rng import RolloutNoise, Streams
-from genrl.rollout import FlowTransitions, SharedRows, TreeTrajectories
+from genrl.config.errors import ConfigError
+from genrl.data.batches import FlowTransitions, SharedRows, TreeTrajectories
+from genrl.data.rng import RolloutNoise, Streams
+from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.flow import FlowRollout
 from samplers import SAMPLERS, FlowODESampler, StepOutput
 from samplers.scaled_noise import ScaledNoiseSampler

@@ -1,18 +1,23 @@
 """Embedded tiny models of the default job: a digits flow generator and a digit classifier."""
 
+from loading.assets import embedded_asset_path, save_model
 from pipelines.toy.models import (
-    EMBEDDED_CLASSIFIER,
     EMBEDDED_FLOW,
-    DigitClassifier,
     DigitFlowModel,
-    embedded_asset_path,
     from_pixels,
-    load_classifier,
     load_flow_model,
-    save_model,
     to_pixels,
 )
-from pipelines.toy.prompts import ALL_PROMPTS, DIGIT_WORDS, TEMPLATES, parse_prompt, prompt_for
+from tasks.digits import (
+    ALL_PROMPTS,
+    DIGIT_WORDS,
+    EMBEDDED_CLASSIFIER,
+    TEMPLATES,
+    DigitClassifier,
+    load_classifier,
+    parse_prompt,
+    prompt_for,
+)
 
 __all__ = [
     "ALL_PROMPTS",

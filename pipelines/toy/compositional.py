@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.toy.models import embedded_asset_path, timestep_embedding
-from reward_models.tasks.compositional import (
+from loading.assets import embedded_asset_path
+from pipelines.toy.models import timestep_embedding
+from tasks.compositional import (
     CANVAS,
     CELL,
     COLOUR_NAMES,

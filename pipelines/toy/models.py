@@ -1,8 +1,9 @@
-"""The embedded task's two tiny models: a digit flow-matching generator and a digit classifier.
+"""The embedded digits task's generator: a tiny flow-matching model of 8x8 digits.
 
-Both work on scikit-learn's 8x8 grey digits. Pixel values ``p`` in ``0..16`` map to the flow
-model's data space as ``x0 = p / 8 - 1`` (in ``[-1, 1]``) and to the classifier's input as
-``p / 16`` (in ``[0, 1]``); ``to_pixels`` / ``from_pixels`` convert between the two.
+It works on scikit-learn's 8x8 grey digits. Pixel values ``p`` in ``0..16`` map to the flow
+model's data space as ``x0 = p / 8 - 1`` (in ``[-1, 1]``) and to the reward's classifier input
+(``tasks/digits.py``) as ``p / 16`` (in ``[0, 1]``); ``to_pixels`` / ``from_pixels`` convert
+between the two.
 
 Flow convention (diffusers SD3/FLUX): ``x_s = (1 - s) * x0 + s * eps``; the model predicts the
 velocity ``v = eps - x0``; sampling walks ``s`` from 1 to 0.
@@ -14,23 +15,18 @@ deterministically, by ``python scripts/build_assets.py``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from importlib import resources
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-EMBEDDED_FLOW = "digits_flow.safetensors"
-EMBEDDED_CLASSIFIER = "digit_classifier.safetensors"
+from loading.assets import load_model, resolve_weights
+from tasks.digits import IMAGE_SIZE
 
-IMAGE_SIZE = 8
+EMBEDDED_FLOW = "digits_flow.safetensors"
 NUM_PIXELS = IMAGE_SIZE * IMAGE_SIZE
-_BUILD_HINT = "regenerate the embedded assets with `python scripts/build_assets.py`"
 
 
 def to_pixels(x: torch.Tensor) -> torch.Tensor:
@@ -149,96 +145,6 @@ class DigitFlowModel(nn.Module):
         return self.out_proj(self.out_norm(h)).reshape(batch, 1, IMAGE_SIZE, IMAGE_SIZE)
 
 
-class DigitClassifier(nn.Module):
-    """Tiny CNN: images ``[B, 1, 8, 8]`` in ``[0, 1]`` -> logits ``[B, 10]``.
-
-    Trained with light augmentation (gaussian noise, +-1 pixel shifts) so it is usable as a reward
-    model on generated samples. No dropout or batch norm.
-    """
-
-    def __init__(self, channels: int = 16, hidden_dim: int = 64, num_classes: int = 10) -> None:
-        super().__init__()
-        self.channels = channels
-        self.hidden_dim = hidden_dim
-        self.num_classes = num_classes
-        self.conv1 = nn.Conv2d(1, channels, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv2d(channels, 2 * channels, kernel_size=3, padding=1)
-        self.fc1 = nn.Linear(2 * channels * (IMAGE_SIZE // 2) ** 2, hidden_dim)
-        self.fc2 = nn.Linear(hidden_dim, num_classes)
-
-    @property
-    def config(self) -> dict[str, int]:
-        """Constructor kwargs (what the safetensors metadata stores)."""
-        return {
-            "channels": self.channels,
-            "hidden_dim": self.hidden_dim,
-            "num_classes": self.num_classes,
-        }
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if images.ndim != 4 or tuple(images.shape[1:]) != (1, IMAGE_SIZE, IMAGE_SIZE):
-            raise ValueError(f"images must be [B, 1, 8, 8] in [0, 1], got {tuple(images.shape)}")
-        h = F.relu(self.conv1(images.to(self.conv1.weight.dtype)))
-        h = F.max_pool2d(F.relu(self.conv2(h)), 2)
-        return self.fc2(F.relu(self.fc1(h.flatten(1))))
-
-
-def embedded_asset_path(name: str) -> Path:
-    """Path of an embedded asset inside the installed ``genrl`` package (``genrl/assets/name``)."""
-    try:
-        root = resources.files("genrl")
-        # A regular package gives a real directory; anything else falls back to the source tree.
-        path = Path(str(root / "assets" / name))
-        if path.parent.is_dir():
-            return path
-    except (ModuleNotFoundError, TypeError, NotADirectoryError):
-        pass
-    return Path(__file__).resolve().parents[2] / "genrl" / "assets" / name
-
-
-def save_model(model: DigitFlowModel | DigitClassifier, path: str | os.PathLike) -> None:
-    """Write ``model`` as float32 safetensors with its constructor kwargs in the metadata."""
-    from safetensors.torch import save_file
-
-    tensors = {
-        k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()
-    }
-    # A single metadata key with sorted JSON keeps the file byte-for-byte reproducible.
-    save_file(tensors, str(path), metadata={"config": json.dumps(model.config, sort_keys=True)})
-
-
-def _resolve(path: str | os.PathLike | None, embedded: str) -> Path:
-    if path is None:
-        resolved = embedded_asset_path(embedded)
-        if not resolved.is_file():
-            raise FileNotFoundError(
-                f"embedded model weights not found at {resolved}; {_BUILD_HINT}"
-            )
-        return resolved
-    resolved = Path(path)
-    if not resolved.is_file():
-        raise FileNotFoundError(f"model weights not found at {resolved}")
-    return resolved
-
-
-def _load(model_cls: type[nn.Module], path: Path) -> Any:
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    if "config" not in metadata:
-        raise ValueError(f"{path} has no 'config' metadata; was it written by save_model()?")
-    model = model_cls(**json.loads(metadata["config"]))
-    model.load_state_dict(load_file(str(path)), strict=True)
-    return model.float().eval()
-
-
 def load_flow_model(path: str | os.PathLike | None = None) -> DigitFlowModel:
     """Load a ``DigitFlowModel`` (the embedded one when ``path`` is None): CPU, float32, eval."""
-    return _load(DigitFlowModel, _resolve(path, EMBEDDED_FLOW))
-
-
-def load_classifier(path: str | os.PathLike | None = None) -> DigitClassifier:
-    """Load a ``DigitClassifier`` (the embedded one when ``path`` is None): CPU, float32, eval."""
-    return _load(DigitClassifier, _resolve(path, EMBEDDED_CLASSIFIER))
+    return load_model(DigitFlowModel, resolve_weights(path, EMBEDDED_FLOW))

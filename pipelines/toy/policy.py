@@ -10,7 +10,7 @@ from torch import nn
 from pipelines.base import Condition, FlowPolicy
 from pipelines.toy.export import export_toy
 from pipelines.toy.models import DigitFlowModel, load_flow_model, to_pixels
-from pipelines.toy.prompts import parse_prompt
+from tasks.digits import parse_prompt
 
 
 class ToyDigitsPolicy(FlowPolicy):

@@ -2,7 +2,7 @@
 
 A clip is ``FRAMES`` frames of a ``CANVAS x CANVAS`` grey canvas (black background) on which one
 scikit-learn 8x8 digit is pasted at a start position and shifted by ``SPEED`` pixels per frame in
-one of four directions (``pipelines.toy.video_prompts.DIRECTIONS``). Clips are ``[B, F, 1, H, W]``;
+one of four directions (``tasks.video_digits.DIRECTIONS``). Clips are ``[B, F, 1, H, W]``;
 pixel intensities in ``[0, 1]`` map to the flow model's space as ``x0 = 2 p - 1``
 (``pipelines.toy.models.to_pixels`` / ``from_pixels``).
 
@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.toy.models import _FlowBlock, embedded_asset_path, timestep_embedding
-from pipelines.toy.video_prompts import DIRECTION_STEPS
+from loading.assets import embedded_asset_path
+from pipelines.toy.models import _FlowBlock, timestep_embedding
+from tasks.video_digits import DIRECTION_STEPS
 
 FRAMES = 6
 CANVAS = 16

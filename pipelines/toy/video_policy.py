@@ -17,7 +17,7 @@ from pipelines.toy.video import (
     MovingDigitFlowModel,
     load_video_flow_model,
 )
-from pipelines.toy.video_prompts import parse_video_prompt
+from tasks.video_digits import parse_video_prompt
 
 
 class ToyVideoDigitsPolicy(FlowPolicy):

@@ -1,0 +1,2 @@
+"""Checkpoints (manifests, verified loading, resume on another process layout) and run
+directories."""

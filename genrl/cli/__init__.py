@@ -1,0 +1,1 @@
+"""The command line (``genrl train``, ``eval``, ``list``, ``serve-reward``, ``train-probe``)."""

@@ -1,0 +1,45 @@
+"""Optional libraries: which genrl extra installs each, and the one-line error for a missing one.
+
+A missing ``diffusers`` would otherwise be a long import traceback; the builders of adapters
+(``pipelines/``) and rewards (``reward_models/``) turn an ``ImportError`` of an optional library
+into ``MissingExtraError`` with ``missing_extra``.
+"""
+
+from __future__ import annotations
+
+# The optional library -> the genrl extra that installs it (pyproject.toml).
+EXTRAS = {
+    "diffusers": "diffusers",
+    "open_clip": "rewards",
+    "torchvision": "rewards",
+    "timm": "rewards",
+}
+# transformers comes with both extras: adapters need it with diffusers, rewards with the rest.
+SHARED = {"transformers"}
+
+
+class MissingExtraError(ImportError):
+    """An optional library that a policy or reward needs is not installed."""
+
+
+def missing_extra(err: ImportError, what: str, extra: str) -> MissingExtraError | None:
+    """``MissingExtraError`` for an ``ImportError`` of one of genrl's optional libraries (None
+    for any other import error).
+
+    Args:
+        err: the import error, as raised while building ``what``.
+        what: what was being built, e.g. ``policy 'sd3'``.
+        extra: the extra that brings ``transformers`` in this context (``diffusers`` for
+            adapters, ``rewards`` for reward models).
+    """
+    module = (err.name or "").partition(".")[0]
+    if module in SHARED:
+        name = extra
+    elif module in EXTRAS:
+        name = EXTRAS[module]
+    else:
+        return None
+    return MissingExtraError(
+        f'{what} needs {module!r}, which is not installed: pip install "genrl[{name}]"',
+        name=module,
+    )

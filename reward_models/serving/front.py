@@ -1,0 +1,63 @@
+"""What a front (the HTTP transport) and the reward server ask of each other, and the listening
+socket a front is built on.
+
+``RewardServer`` (``server.py``) builds its front by name; a front calls back only the
+``ServerSide`` methods below, so the fronts never import the server module.
+"""
+
+from __future__ import annotations
+
+import socket
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from reward_models.serving.requests import Job, ScoreRequest
+
+
+class ServerSide(Protocol):
+    """The steps of ``POST /score`` and ``GET /health`` that every front takes, in order:
+    ``authorised``, ``parse``, ``admit``, ``dispatch``, then ``outcome`` once scored."""
+
+    max_request_bytes: int
+    request_timeout_s: float
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def authorised(self, header: str | None) -> bool: ...
+
+    def parse(self, body: bytes) -> ScoreRequest: ...
+
+    def admit(self, request: ScoreRequest, request_id: str) -> Job: ...
+
+    def dispatch(self, job: Job) -> None: ...
+
+    def outcome(self, job: Job) -> tuple[HTTPStatus, dict[str, Any]]: ...
+
+
+class Front(Protocol):
+    """What a transport gives ``RewardServer``: listen at construction, serve, stop."""
+
+    @property
+    def address(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def serve_forever(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port`` (as http.server binds: an address only
+    lingering in TIME_WAIT may be reused), so that ``address`` is known at construction."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

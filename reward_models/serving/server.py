@@ -1,0 +1,229 @@
+"""Serve any reward model over HTTP with JSON (``genrl serve-reward NAME``).
+
+The HTTP front decodes requests and hands them to the scoring side; each model replica has one
+scoring worker (``server_replicas.py``) that merges queued requests into batches of up to
+``max_batch_size`` samples (images of one size, or texts) within ``batch_wait_s``, scores each
+batch with one call and hands every request its own rows back, so concurrent trainer processes
+share forwards. Several replicas (one model instance per device) sit behind one endpoint, each
+request going to the least-loaded one. Requests are checked before they reach a model: a shared
+token (``Authorization: Bearer ...``, compared in constant time), a size limit, the wire format
+of ``reward_models/wire.py`` and the kinds of output the reward ``accepts``; images are decoded
+only within the server-wide limits of ``server_requests.DecodeLimits`` (503 when full). A
+request not scored within ``request_timeout_s`` gets a 504. Every reply is JSON, errors
+``{"error": ..., "request_id": ...}``; internal failures are logged under the request id and
+never sent to the client.
+
+Two fronts speak the same protocol: ``"asgi"`` (the default: a Starlette app on uvicorn,
+``server_asgi.py``; needs ``pip install 'genrl[server]'``) and ``"stdlib"`` (the legacy
+``http.server`` front, one thread per connection, ``server_http.py``), kept as the baseline of
+``benchmarks/reward_server.py`` and for installs without the server extra.
+
+    server = RewardServer(build_reward("pickscore"), port=8000, token="secret")
+    server.serve_forever()          # or server.start() for a background thread
+    RewardServer([build_reward("pickscore", device=f"cuda:{i}") for i in range(2)], ...)
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from reward_models.base import RewardModel
+from reward_models.serving.front import Front, listening_socket
+from reward_models.serving.replicas import Replicas
+from reward_models.serving.requests import (
+    DecodeLimits,
+    Job,
+    ScoreRequest,
+    internal_error,
+    parse_score_request,
+)
+from reward_models.wire import VERSION
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+FRONTS = ("asgi", "stdlib")
+
+
+class RewardServer:
+    """HTTP front of one reward model, or of several replicas of it.
+
+    Args:
+        reward: the model to serve, or a list of distinct instances of it (one replica each,
+            e.g. one per device), each scored by its own worker.
+        host, port: where to listen (port 0: any free port, see ``address``).
+        token: shared secret clients must send; required unless ``host`` is a loopback address.
+        max_request_bytes: larger request bodies are refused with 413.
+        max_pixels: the most pixels a request's images may hold together once decoded (a small
+            PNG can decode to a huge image); more is refused with 400 before decoding.
+        pixel_budget: the most decoded pixels all requests together may hold, from decoding
+            until scored (float32 RGB: 12 bytes each); at least ``max_pixels``.
+        max_decodes: requests decoding images at once.
+        max_wait_s: how long a request waits for room in the pixel budget and for a decode
+            slot; then it gets 503 with Retry-After (the client retries).
+        max_batch_size: samples per reward call (merged requests; larger requests are split).
+        batch_wait_s: how long a scoring worker waits for more requests to merge.
+        request_timeout_s: a request not scored within this gets 504.
+        front: ``"asgi"`` (Starlette on uvicorn) or ``"stdlib"`` (legacy http.server);
+            None: ``RewardServer.default_front``.
+    """
+
+    default_front = "asgi"
+
+    def __init__(
+        self,
+        reward: RewardModel | Sequence[RewardModel],
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        token: str | None = None,
+        max_request_bytes: int = 64 * 2**20,
+        max_pixels: int = 64 * 2**20,
+        pixel_budget: int = 128 * 2**20,
+        max_decodes: int = 4,
+        max_wait_s: float = 10.0,
+        max_batch_size: int = 64,
+        batch_wait_s: float = 0.01,
+        request_timeout_s: float = 300.0,
+        front: str | None = None,
+    ) -> None:
+        if not token and host not in LOOPBACK:
+            raise ValueError(
+                f"serving on {host!r} without a token would let anyone on the network use the "
+                "model; set a token (GENRL_REWARD_TOKEN) or listen on 127.0.0.1"
+            )
+        if max_batch_size < 1 or max_request_bytes < 1:
+            raise ValueError("max_batch_size and max_request_bytes must be >= 1")
+        if max_pixels > pixel_budget:
+            raise ValueError(
+                f"max_pixels ({max_pixels}) must fit the pixel budget ({pixel_budget}): a "
+                "request within its own limit could never be decoded"
+            )
+        front = front or self.default_front
+        if front not in FRONTS:
+            raise ValueError(f"front must be one of {', '.join(FRONTS)}, got {front!r}")
+        rewards = [reward] if isinstance(reward, RewardModel) else list(reward)
+        self.token = token
+        self.max_request_bytes = max_request_bytes
+        self.max_pixels = max_pixels
+        self.limits = DecodeLimits(pixel_budget, max_decodes, max_wait_s)
+        self.max_batch_size = max_batch_size
+        self.request_timeout_s = request_timeout_s
+        self.replicas = Replicas(rewards, self.limits, max_batch_size, batch_wait_s)
+        self.reward = rewards[0]  # what every replica is a copy of
+        self.batch_sizes = self.replicas.batch_sizes  # samples per reward call, all replicas
+        self.front_name = front
+        self._front = _make_front(front, self, host, port)  # listening from here on
+        self._started = False
+
+    @property
+    def address(self) -> str:
+        return self._front.address
+
+    def start(self) -> RewardServer:
+        """Serve from background threads; returns self (``address`` tells where)."""
+        self.replicas.start()
+        self._started = True
+        self._front.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.replicas.start()
+        self._started = True
+        try:
+            self._front.serve_forever()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop listening (the port is released) and stop the scoring workers."""
+        self._front.shutdown()
+        self.replicas.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /health`` answers: the reward, the kinds it accepts, the limits."""
+        return {
+            "version": VERSION,
+            "reward": self.reward.name,
+            "accepts": list(self.reward.accepts),
+            "replicas": len(self.replicas),
+            "limits": {
+                "max_request_bytes": self.max_request_bytes,
+                "max_pixels": self.max_pixels,
+                "pixel_budget": self.limits.pixels.capacity,
+                "max_batch_size": self.max_batch_size,
+            },
+        }
+
+    # -- the steps of POST /score every front takes (blocking ones in a worker thread) --------
+    def authorised(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries the token (constant-time compare)."""
+        if not self.token:
+            return True
+        return hmac.compare_digest((header or "").encode(), f"Bearer {self.token}".encode())
+
+    def parse(self, body: bytes) -> ScoreRequest:
+        """The checked request (raises ``RequestError``: 400, 415); images not decoded yet."""
+        return parse_score_request(body, self.reward.name, self.reward.accepts, self.max_pixels)
+
+    def admit(self, request: ScoreRequest, request_id: str) -> Job:
+        """The request as a job, its images decoded within the server's limits (their pixels
+        now taken from the budget until the job is scored). May wait up to ``max_wait_s``;
+        raises ``RequestError`` (503 with Retry-After, 400 for corrupt PNG data)."""
+        if request.kind == "texts":
+            return Job(request_id, request.prompts, request.texts, request.metadata)
+        outputs = self.limits.decode(request)
+        job = Job(request_id, request.prompts, outputs, request.metadata)
+        job.pixels = request.pixels
+        return job
+
+    def dispatch(self, job: Job) -> None:
+        """Queue the job on the least-loaded replica (returns at once)."""
+        self.replicas.dispatch(job)
+
+    def outcome(self, job: Job) -> tuple[HTTPStatus, dict[str, Any]]:
+        """The reply to a job once scored, failed or timed out (then marked abandoned, so that
+        its worker drops it instead of scoring it for nobody)."""
+        if job.result is not None:
+            return HTTPStatus.OK, job.result
+        if job.failed:
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": internal_error(job.request_id)}
+        job.abandoned = True
+        message = f"not scored within {self.request_timeout_s:g} s"
+        return HTTPStatus.GATEWAY_TIMEOUT, {"error": message}
+
+
+class MissingServerExtra(ImportError):
+    """The ASGI front's libraries (starlette, uvicorn) are not installed."""
+
+
+def check_front(name: str) -> None:
+    """Raise ``MissingServerExtra`` (saying what to install) when front ``name`` cannot run."""
+    if name != "asgi":
+        return
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as err:
+        raise MissingServerExtra(
+            f"the default (asgi) reward server needs starlette and uvicorn ({err}); install "
+            "them with `pip install 'genrl[server]'`, or use the legacy http.server front "
+            "(`--server stdlib`, front='stdlib')"
+        ) from None
+
+
+def _make_front(name: str, server: RewardServer, host: str, port: int) -> Front:
+    if name == "stdlib":
+        from reward_models.serving.stdlib import StdlibFront
+
+        return StdlibFront(server, host, port)
+    check_front(name)
+    from reward_models.serving.asgi import AsgiFront
+
+    return AsgiFront(server, host, port)
+
+
+__all__ = ["FRONTS", "MissingServerExtra", "RewardServer", "check_front", "listening_socket"]

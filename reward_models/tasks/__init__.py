@@ -1,1 +1,0 @@
-"""Embedded text tasks: problem generators, prompt formats and verifiable rewards."""
