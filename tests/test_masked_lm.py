@@ -209,7 +209,16 @@ def dllm_config(tmp_path: Path, dllm_dir: Path, algorithm: str, **changes):
         ("mask_grpo", {}),
         ("mask_grpo", {"estimator": "random_ratio", "kl_beta": 0.04}),
         ("mask_grpo", {"estimator": "trace"}),
-        ("diffu_grpo", {"num_iterations": 2}),
+        (
+            "mask_grpo",
+            {
+                "estimator": "d1",
+                "num_iterations": 2,
+                "clip_range": 0.5,
+                "std_mode": "none",
+                "kl_beta": 0.04,
+            },
+        ),
     ],
     ids=["maskgrpo", "random_ratio_kl", "trace", "d1"],
 )
@@ -372,3 +381,17 @@ def test_left_padding_does_not_move_bert_log_probs(tmp_path: Path) -> None:
     mask = torch.cat([torch.zeros(1, 2, dtype=torch.long), torch.ones_like(ids)], dim=1)
     padded = policy.token_log_probs(padded_ids, mask, targets)
     torch.testing.assert_close(padded, plain, atol=1e-5, rtol=0)
+
+
+def test_d1_is_mask_grpo_with_d1s_settings() -> None:
+    """diffu-GRPO is a set of MaskGRPO field values (d1's estimator, mu 12, clip 0.5, no std,
+    beta 0.04), not an algorithm of its own; the recipe uses them."""
+    from genrl.algorithms.mask_grpo import MaskGRPOConfig
+    from genrl.recipes.registry import get_recipe
+
+    d1 = MaskGRPOConfig.d1()
+    assert (d1.name, d1.estimator, d1.num_iterations) == ("mask_grpo", "d1", 12)
+    assert (d1.clip_range, d1.std_mode, d1.kl_beta) == (0.5, "none", 0.04)
+    assert MaskGRPOConfig.d1(num_iterations=2).num_iterations == 2
+    recipe = get_recipe("dllm_sudoku_d1").algorithm
+    assert isinstance(recipe, MaskGRPOConfig) and recipe == MaskGRPOConfig.d1(num_iterations=2)

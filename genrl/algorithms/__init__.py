@@ -2,7 +2,6 @@
 
 from genrl.algorithms import (
     branch_grpo,
-    diffu_grpo,
     diffusion_nft,
     flow_grpo,
     gdro,
@@ -17,7 +16,6 @@ __all__ = [
     "Algorithm",
     "AlgorithmConfig",
     "branch_grpo",
-    "diffu_grpo",
     "diffusion_nft",
     "flow_grpo",
     "gdro",

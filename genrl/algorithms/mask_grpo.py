@@ -40,6 +40,23 @@ class MaskGRPOConfig(MaskedViewsConfig, TokenPolicyGradientConfig, AlgorithmConf
         self.validate_views(train_config)
         self.validate_objective(train_config)
 
+    @classmethod
+    def d1(cls, **changes: Any) -> MaskGRPOConfig:
+        """diffu-GRPO's settings: MaskGRPO with d1's estimator and defaults.
+
+        Zhao et al., "d1: Scaling Reasoning in Diffusion Large Language Models via
+        Reinforcement Learning" (2025), diffu-GRPO: every inner iteration scores the sampled
+        completion in ONE forward with the completion fully masked and each prompt token masked
+        with probability 0.15 (a fresh seed per iteration, shared by the old, current and
+        reference policies); per-token log-probs are the mean-field estimate. Advantages are
+        ``r - mean_group`` (no std), mu = 12 iterations, clip 0.5, beta 0.04. These are field
+        values, not another algorithm: the same fields on the command line
+        (``--set algorithm.estimator=d1 --set algorithm.clip_range=0.5 ...``) give the same run.
+        ``changes`` override any of them.
+        """
+        d1 = {"estimator": "d1", "num_iterations": 12, "clip_range": 0.5, "std_mode": "none"}
+        return cls(**{**d1, "kl_beta": 0.04, **changes})
+
 
 @register_algorithm("mask_grpo")
 class MaskGRPO(Algorithm):

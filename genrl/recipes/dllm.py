@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from genrl.algorithms.diffu_grpo import DiffuGRPOConfig
 from genrl.algorithms.mask_grpo import MaskGRPOConfig
 from genrl.run.config import (
     EvalConfig,
@@ -61,7 +60,7 @@ def dllm_sudoku_d1() -> TrainConfig:
     """
     config = dllm_sudoku_maskgrpo()
     config.recipe = "dllm_sudoku_d1"
-    config.set_algorithm(DiffuGRPOConfig(num_iterations=2))
+    config.set_algorithm(MaskGRPOConfig.d1(num_iterations=2))
     return config
 
 
