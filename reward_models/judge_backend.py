@@ -10,7 +10,8 @@ Two jobs:
   NaN (not applicable) when the judge names neither;
 * ``generate``: a short greedy answer, for LLM extractors ("extract the final answer").
 
-Local back-end: a transformers checkpoint, a VLM (``AutoModelForImageTextToText`` with its
+Local back-end: a transformers checkpoint, loaded as the policies load theirs
+(``loading/transformers_checkpoint.py``): a VLM (``AutoModelForImageTextToText`` with its
 processor) when its config has a ``vision_config``, else a text LLM (``AutoModelForCausalLM``
 with its tokenizer). Items are grouped by whether they carry an image and answered
 ``batch_size`` at a time in one forward each, left-padded. A text LLM gets position ids from
@@ -30,11 +31,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from loading.hub import require_local_or_reachable
+from loading.transformers_checkpoint import (
+    CheckpointHints,
+    is_vision_language,
+    load_causal_lm,
+    load_vision_language_model,
+    torch_dtype,
+)
 from reward_models.base import local_hint
 from reward_models.composite import RewardError
 from reward_models.remote import post_json
 from reward_models.wire import encode_outputs, quantize
+
+# How a judge's trust_remote_code is spelled in loading errors (a reward's kwargs, or the
+# rubric's judge table).
+JUDGE_REMOTE_CODE = "trust_remote_code=true in the judge's settings"
 
 
 def as_image_tensor(image: Any) -> torch.Tensor:
@@ -55,7 +66,8 @@ class JudgeBackend:
         endpoint_model: the model name the endpoint expects.
         yes_words, no_words: the answers' spellings (case and a leading space are added).
         api_key_env: environment variable holding the endpoint's key (if any).
-        device, dtype, batch_size: the local model's placement and batching.
+        device, dtype, batch_size: the local model's placement (``dtype`` by name: "float32",
+            "bfloat16" or "float16", as a policy's) and batching.
         trust_remote_code: allow a local checkpoint's own code (off by default).
         top_logprobs, timeout_s, retries, concurrency: endpoint settings (requests run
             concurrently; failures are retried with backoff).
@@ -89,7 +101,8 @@ class JudgeBackend:
         self.yes_words = [w.lower() for w in yes_words]
         self.no_words = [w.lower() for w in no_words]
         self.api_key = os.environ.get(api_key_env)
-        self.device, self.dtype = torch.device(device), getattr(torch, dtype)
+        torch_dtype(dtype)  # a bad name fails here, not at the first score
+        self.device, self.dtype = torch.device(device), dtype
         self.batch_size, self.trust_remote_code = batch_size, trust_remote_code
         self.top_logprobs, self.timeout_s = top_logprobs, timeout_s
         self.retries, self.concurrency = retries, concurrency
@@ -101,30 +114,17 @@ class JudgeBackend:
     def _load(self) -> tuple[Any, Any, bool, list[int], list[int]]:
         """(model, processor or tokenizer, is_vlm, yes ids, no ids), loaded once."""
         if self._local is None:
-            import transformers as tf
-
             assert self.model_id is not None
-            require_local_or_reachable(self.model_id, local_hint("judge"))
-            remote = {"trust_remote_code": self.trust_remote_code}
+            # The policies' loader (left padding: answers are read at the last column).
+            hints = CheckpointHints(local_hint("judge"), JUDGE_REMOTE_CODE)
+            remote = self.trust_remote_code
             try:
-                config = tf.AutoConfig.from_pretrained(self.model_id, **remote)
-                vlm = hasattr(config, "vision_config")
-                if vlm:
-                    processor = tf.AutoProcessor.from_pretrained(self.model_id, **remote)
-                    loader: Any = tf.AutoModelForImageTextToText
-                    tokenizer = processor.tokenizer
-                else:
-                    processor = tokenizer = tf.AutoTokenizer.from_pretrained(
-                        self.model_id, **remote
-                    )
-                    loader = tf.AutoModelForCausalLM
-                model = loader.from_pretrained(self.model_id, dtype=self.dtype, **remote)
-            except (OSError, ValueError) as err:
-                first = (str(err).strip().splitlines() or [repr(err)])[0]
-                raise ValueError(
-                    f"{self.owner}: cannot load judge {self.model_id!r}: {first}"
-                ) from err
-            tokenizer.padding_side = "left"  # answers are read at the last column
+                vlm = is_vision_language(self.model_id, remote, hints, "judge")
+                load = load_vision_language_model if vlm else load_causal_lm
+                model, processor = load(self.model_id, self.dtype, remote, hints, "judge")
+            except ValueError as err:
+                raise ValueError(f"{self.owner}: {err}") from err
+            tokenizer = processor.tokenizer if vlm else processor
             model = model.to(self.device).eval().requires_grad_(False)
             yes = answer_token_ids(tokenizer, self.yes_words)
             no = answer_token_ids(tokenizer, self.no_words)

@@ -1,7 +1,8 @@
-"""What the token policies built on transformers checkpoints share: loading model and tokenizer
-with clear errors, one batch layout (prompts left-padded to ``P`` tokens, then the completion),
-tokenizing and decoding, scoring ``log p(target | input)`` through ``selected_log_probs``, and
-saving in the ecosystem's format (a peft adapter or ``save_pretrained``, with the tokenizer).
+"""What the token policies built on transformers checkpoints share: how their settings are
+named in loading errors (``loading/transformers_checkpoint.py`` loads), one batch layout
+(prompts left-padded to ``P`` tokens, then the completion), tokenizing and decoding, scoring
+``log p(target | input)`` through ``selected_log_probs``, and saving in the ecosystem's format
+(a peft adapter or ``save_pretrained``, with the tokenizer).
 
 Each adapter supplies the model-specific step: which logits score the completion
 (``completion_logits``), how it samples (``generate``), and its end tokens."""
@@ -17,43 +18,22 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from loading.hub import require_local_or_reachable
+from loading.transformers_checkpoint import CheckpointHints
 from pipelines.base import TrainablePolicy, disable_dropout
 from samplers.autoregressive import selected_log_probs, selected_log_probs_and_entropies
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# How a policy's settings are spelled in the checkpoint loader's errors.
+POLICY_HINTS = CheckpointHints(
+    local_dir="--set policy.pretrained=DIR (a directory written by save_pretrained)",
+    trust_remote_code="policy.kwargs.trust_remote_code=true",
+)
 
 
-def load_model_and_tokenizer(
-    pretrained: str | None,
-    dtype: str,
-    trust_remote_code: bool,
-    load_model: Callable[..., Any],
-    kind: str,
-) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a hub id or directory; errors name the checkpoint and say
-    when custom modelling code would need ``trust_remote_code``."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+def policy_checkpoint(pretrained: str | None, kind: str) -> str:
+    """``pretrained``, which a policy built without ``model`` and tokenizer must name."""
     if not pretrained:
         raise ValueError(f"policy {kind} needs policy.pretrained: a hub id or a local directory")
-    from transformers import AutoTokenizer
-
-    require_local_or_reachable(
-        pretrained, "--set policy.pretrained=DIR (a directory written by save_pretrained)"
-    )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-        model = load_model(pretrained, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as err:
-        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
-        hint = (
-            ""
-            if trust_remote_code
-            else (" (custom model code needs policy.kwargs.trust_remote_code=true)")
-        )
-        raise ValueError(f"cannot load {pretrained!r} as a {kind}: {first_line}{hint}") from err
-    return model, tokenizer
+    return pretrained
 
 
 def eos_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -21,11 +21,13 @@ from typing import Any
 import torch
 
 from loading.assets import embedded_asset_path
+from loading.transformers_checkpoint import load_causal_lm
 from pipelines.transformers.base import (
+    POLICY_HINTS,
     StopStrings,
     TransformersPolicy,
     eos_ids,
-    load_model_and_tokenizer,
+    policy_checkpoint,
 )
 from samplers.autoregressive import Generation, TokenSampler, generate
 
@@ -59,15 +61,8 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
     ) -> None:
         super().__init__()
         if model is None or tokenizer is None:
-            from transformers import AutoModelForCausalLM
-
-            model, tokenizer = load_model_and_tokenizer(
-                pretrained,
-                dtype,
-                trust_remote_code,
-                AutoModelForCausalLM.from_pretrained,
-                "causal LM",
-            )
+            checkpoint = policy_checkpoint(pretrained, "causal LM")
+            model, tokenizer = load_causal_lm(checkpoint, dtype, trust_remote_code, POLICY_HINTS)
         self._adopt(
             model,
             tokenizer,

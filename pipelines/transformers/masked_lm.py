@@ -17,7 +17,13 @@ from typing import Any
 import torch
 
 from loading.assets import embedded_asset_path
-from pipelines.transformers.base import TransformersPolicy, eos_ids, load_model_and_tokenizer
+from loading.transformers_checkpoint import load_masked_lm
+from pipelines.transformers.base import (
+    POLICY_HINTS,
+    TransformersPolicy,
+    eos_ids,
+    policy_checkpoint,
+)
 from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
 
 
@@ -50,9 +56,8 @@ class MaskedLMPolicy(TransformersPolicy):
     ) -> None:
         super().__init__()
         if model is None or tokenizer is None:
-            model, tokenizer = load_model_and_tokenizer(
-                pretrained, dtype, trust_remote_code, _load_masked_lm, "masked LM"
-            )
+            checkpoint = policy_checkpoint(pretrained, "masked LM")
+            model, tokenizer = load_masked_lm(checkpoint, dtype, trust_remote_code, POLICY_HINTS)
         if mask_token_id is None:
             mask_token_id = tokenizer.mask_token_id
         if mask_token_id is None:
@@ -127,20 +132,6 @@ class MaskedLMPolicy(TransformersPolicy):
 
     def default_lora_targets(self) -> list[str]:
         return sorted(self.linear_layer_names() - {"decoder", "lm_head"})
-
-
-def _load_masked_lm(pretrained: str, dtype: torch.dtype, trust_remote_code: bool) -> Any:
-    from transformers import AutoModel, AutoModelForMaskedLM
-
-    try:
-        return AutoModelForMaskedLM.from_pretrained(
-            pretrained, dtype=dtype, trust_remote_code=trust_remote_code
-        )
-    except ValueError:
-        if not trust_remote_code:
-            raise
-        # LLaDA registers its model class for AutoModel only.
-        return AutoModel.from_pretrained(pretrained, dtype=dtype, trust_remote_code=True)
 
 
 EMBEDDED_SUDOKU_DLLM = embedded_asset_path("sudoku_dllm")

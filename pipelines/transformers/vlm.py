@@ -42,8 +42,14 @@ import torch
 from torch import nn
 
 from loading.assets import embedded_asset_path
-from loading.hub import require_local_or_reachable
-from pipelines.transformers.base import DTYPES, StopStrings, TransformersPolicy, eos_ids
+from loading.transformers_checkpoint import load_vision_language_model
+from pipelines.transformers.base import (
+    POLICY_HINTS,
+    StopStrings,
+    TransformersPolicy,
+    eos_ids,
+    policy_checkpoint,
+)
 from pipelines.transformers.vlm_inputs import open_image, pack_pixels, unpack_pixels
 from samplers.autoregressive import Generation, TokenSampler, generate
 from tasks.prompt import prompt_columns, prompt_id
@@ -82,7 +88,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
     ) -> None:
         super().__init__()
         if model is None or processor is None:
-            model, processor = _load(pretrained, dtype, trust_remote_code)
+            model, processor = load_vision_language_model(
+                policy_checkpoint(pretrained, "vlm"), dtype, trust_remote_code, POLICY_HINTS
+            )
         self.processor = processor
         if not getattr(processor, "chat_template", None):
             raise ValueError(
@@ -354,27 +362,3 @@ setattr(shapes_vlm, "__signature__", inspect.signature(VLMPolicy))  # noqa: B010
 
 def _is_vision(name: str) -> bool:
     return any(part in name.split(".") for part in VISION_PARTS)
-
-
-def _load(pretrained: str | None, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if not pretrained:
-        raise ValueError("policy vlm needs policy.pretrained: a hub id or a local directory")
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    require_local_or_reachable(
-        pretrained, "--set policy.pretrained=DIR (a directory written by save_pretrained)"
-    )
-    try:
-        processor = AutoProcessor.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-        model = AutoModelForImageTextToText.from_pretrained(
-            pretrained, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
-        )
-    except (OSError, ValueError) as err:
-        first_line = (str(err).strip().splitlines() or [repr(err)])[0]
-        hint = (
-            "" if trust_remote_code else " (custom code needs policy.kwargs.trust_remote_code=true)"
-        )
-        raise ValueError(f"cannot load {pretrained!r} as a VLM: {first_line}{hint}") from err
-    return model, processor
