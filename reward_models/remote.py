@@ -158,8 +158,8 @@ KEEPALIVE_S = 30.0  # idle pooled connections are closed by the client after thi
 def new_client() -> httpx.Client:
     """A pooled client: keep-alive connections, no proxy from the environment (a reward server
     is reached directly), timeouts given per request. Idle connections expire after
-    ``KEEPALIVE_S``, before either front closes them (http.server after 60 s, uvicorn after
-    75 s), so the client never sends on a connection the server is closing at that moment."""
+    ``KEEPALIVE_S``, before the server closes them (uvicorn after 75 s, Python's http.server
+    after 60 s), so the client never sends on a connection the server is closing at that moment."""
     import httpx
 
     limits = httpx.Limits(max_keepalive_connections=32, keepalive_expiry=KEEPALIVE_S)

@@ -99,6 +99,7 @@ def test_cli_startup_ends_with_its_json_line() -> None:
     assert abs(summary["help_over_python_ratio"] - ratio) < 0.01
 
 
+@pytest.mark.slow  # a server and the in-process baseline at two concurrencies: about 5 s
 def test_reward_server_benchmark_ends_with_its_json_line() -> None:
     summary = run_benchmark(
         "reward_server.py",
@@ -108,11 +109,12 @@ def test_reward_server_benchmark_ends_with_its_json_line() -> None:
     assert summary["benchmark"] == "reward_server" and summary["scores_equal"] is True
     ratios = summary["throughput_ratio_by_concurrency"]
     assert set(ratios) == {"1", "2"} and summary["throughput_ratio"] == ratios["2"] > 0
-    for front in ("new", "legacy"):
-        for row in summary[front].values():  # 2 images per request
+    for way in ("served", "in_process"):
+        for row in summary[way].values():  # 2 images per request
             assert row["images_per_s"] == pytest.approx(2 * row["requests_per_s"], rel=0.01)
 
 
+@pytest.mark.slow  # trains two methods, then reruns from the cache: about 16 s
 def test_compositional_quick_ends_with_its_json_line_and_reuses_finished_runs(
     tmp_path: Path,
 ) -> None:
@@ -258,6 +260,7 @@ def test_gpu_scale_out_builds_one_launch_per_config(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     __import__("torch").cuda.is_available(), reason="checks the refusal on a machine without CUDA"
 )
+@pytest.mark.slow  # two launches of the script: about 12 s
 def test_gpu_scale_out_refuses_without_cuda_and_dry_runs(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     script = [sys.executable, str(ROOT / "benchmarks" / "gpu_scale_out.py")]

@@ -72,6 +72,7 @@ def stock_call(pipe, noise: torch.Tensor, guidance: float, steps: int = 3) -> to
     )
 
 
+@pytest.mark.slow  # our sampler and the stock pipeline, with and without CFG: about 30 s
 def test_edit_rollout_reproduces_the_stock_pipeline(edit_dir: Path) -> None:
     policy = build_policy("flow_image", pretrained=str(edit_dir), **SIZE)
     assert type(policy).__name__ == "QwenImageEditPolicy"
@@ -123,6 +124,7 @@ def edit_config(tmp_path: Path, directory: Path) -> TrainConfig:
     )
 
 
+@pytest.mark.slow  # two Flow-GRPO iterations with CFG and an export: about 40 s
 def test_edit_trains_with_cfg_and_exports_into_the_stock_pipeline(
     edit_dir: Path, tmp_path: Path
 ) -> None:

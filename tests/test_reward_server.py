@@ -19,15 +19,8 @@ import torch
 from reward_models import REWARDS, CallableReward, RewardError, RewardModel, RewardOutput
 from reward_models.color import TargetColorReward
 from reward_models.remote import RemoteReward
-from reward_models.serving.server import FRONTS, RewardServer
+from reward_models.serving.server import RewardServer
 from reward_models.wire import encode_outputs, quantize
-
-
-@pytest.fixture(autouse=True, params=FRONTS)
-def front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs against both HTTP fronts: the ASGI one and the legacy http.server."""
-    monkeypatch.setattr(RewardServer, "default_front", request.param)
-    return request.param
 
 
 def images(n: int, seed: int = 0, size: int = 8) -> torch.Tensor:
@@ -236,7 +229,7 @@ def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) 
     assert trainer.iteration == 2
 
 
-def test_cli_serves_a_registered_reward(tmp_path: Path, front: str) -> None:
+def test_cli_serves_a_registered_reward(tmp_path: Path) -> None:
     port = free_port()
     env = dict(os.environ, GENRL_REWARD_TOKEN="abc")
     command = [
@@ -247,7 +240,6 @@ def test_cli_serves_a_registered_reward(tmp_path: Path, front: str) -> None:
         "target_color",
         "--port",
         str(port),
-        *("--server", front),
     ]
     command += ["--kwargs", '{"target": [0, 1, 0]}']
     command += ["--max-request-mpix", "0.5", "--pixel-budget-mpix", "1", "--max-decodes", "2"]
@@ -299,7 +291,7 @@ def test_negative_length_and_refused_bodies_do_not_leak(color_server) -> None:
         color_server.address,
         b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nContent-Length: -1\r\n\r\n{}",
     )
-    # http.server: "negative Content-Length"; h11 (asgi): "bad Content-Length".
+    # h11's message is "bad Content-Length".
     assert reply.startswith(b"HTTP/1.1 400") and b" Content-Length" in reply
     # A refused request's unread body is never parsed as a second request on the connection.
     smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"

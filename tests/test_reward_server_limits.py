@@ -34,16 +34,9 @@ from reward_models.color import TargetColorReward
 from reward_models.corrected import CorrectedScore
 from reward_models.remote import RemoteReward
 from reward_models.serving.requests import PixelBudget
-from reward_models.serving.server import FRONTS, RewardServer
+from reward_models.serving.server import RewardServer
 from reward_models.text import CountdownReward
 from reward_models.wire import encode_outputs
-
-
-@pytest.fixture(autouse=True, params=FRONTS)
-def front(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs against both HTTP fronts: the ASGI one and the legacy http.server."""
-    monkeypatch.setattr(RewardServer, "default_front", request.param)
-    return request.param
 
 
 def images(n: int, size: int = 8) -> torch.Tensor:

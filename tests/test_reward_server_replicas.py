@@ -21,6 +21,7 @@ from genrl.cli.main import main
 from reward_models import RewardError, RewardOutput
 from reward_models.color import TargetColorReward
 from reward_models.remote import RemoteReward
+from reward_models.serving.asgi import JSONH11Protocol
 from reward_models.serving.requests import RequestError
 from reward_models.serving.server import RewardServer
 from reward_models.wire import encode_outputs, quantize
@@ -68,11 +69,10 @@ def servers() -> Iterator[list[RewardServer]]:
         server.shutdown()
 
 
-@pytest.mark.parametrize("front", ["asgi", "stdlib"])
-def test_two_replicas_share_requests_and_score_as_one(servers, front: str) -> None:
+def test_two_replicas_share_requests_and_score_as_one(servers) -> None:
     second = Scored()
-    two = RewardServer([WaitsForOther(second), second], port=0, front=front).start()
-    one = RewardServer(TargetColorReward(), port=0, front=front).start()
+    two = RewardServer([WaitsForOther(second), second], port=0).start()
+    one = RewardServer(TargetColorReward(), port=0).start()
     servers += [two, one]
     batches = [images(2, seed=0), images(3, seed=1)]
     with ThreadPoolExecutor(2) as pool:
@@ -112,19 +112,15 @@ def test_replicas_must_be_distinct_copies_of_one_reward() -> None:
         RewardServer([TargetColorReward(), OtherColor()], port=0)
     with pytest.raises(ValueError, match="replicas >= 1"):
         RewardServer([], port=0)
-    with pytest.raises(ValueError, match="front must be one of asgi, stdlib"):
-        RewardServer(TargetColorReward(), port=0, front="gunicorn")
 
 
-@pytest.mark.parametrize(("front", "replicas"), [("asgi", 1), ("asgi", 2), ("stdlib", 1)])
-def test_32_concurrent_clients_each_get_exactly_their_own_rows(
-    servers, front: str, replicas: int
-) -> None:
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_32_concurrent_clients_each_get_exactly_their_own_rows(servers, replicas: int) -> None:
     """32 clients x 3 requests of 1 to 4 images each, all at once on loopback: every response
     holds the scores of its own images, in order, and every sample is scored exactly once.
     Bounded: 96 requests, each client with a 60 s timeout (a hang fails, nothing is timed)."""
     rewards = [TargetColorReward() for _ in range(replicas)]
-    server = RewardServer(rewards, port=0, front=front, max_batch_size=8).start()
+    server = RewardServer(rewards, port=0, max_batch_size=8).start()
     servers.append(server)
 
     def client(index: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -150,16 +146,16 @@ def test_32_concurrent_clients_each_get_exactly_their_own_rows(
     assert all(r.load == 0 for r in server.replicas.members)
 
 
-def test_the_client_keeps_its_connection_alive(servers) -> None:
-    server = RewardServer(TargetColorReward(), port=0, front="stdlib").start()
-    servers.append(server)
-    httpd = server._front._httpd  # type: ignore[attr-defined]
+def test_the_client_keeps_its_connection_alive(servers, monkeypatch) -> None:
     connections: list[Any] = []
-    accept = httpd.process_request
-    httpd.process_request = lambda request, address: (
-        connections.append(address),
-        accept(request, address),
+    accept = JSONH11Protocol.connection_made
+    monkeypatch.setattr(
+        JSONH11Protocol,
+        "connection_made",
+        lambda self, transport: (connections.append(transport), accept(self, transport)),
     )
+    server = RewardServer(TargetColorReward(), port=0).start()
+    servers.append(server)
     remote = RemoteReward(server.address, name="c", retries=0)
     for seed in range(3):
         remote(images(1, seed), ["p"])
@@ -202,10 +198,10 @@ def test_serve_reward_builds_one_replica_per_device(monkeypatch, capsys) -> None
     models = [replica.reward for replica in server.replicas.members]
     assert [m.device.type for m in models] == ["cpu", "cpu"]  # type: ignore[attr-defined]
     assert models[0] is not models[1]  # one instance per replica
-    assert server.front_name == "asgi" and server.describe()["replicas"] == 2
-    assert "asgi front, 2 replica(s) on cpu, cpu" in capsys.readouterr().out
-    assert main([*command[:4], "--replicas", "4", "--devices", "cpu", "--server", "stdlib"]) == 0
-    assert len(seen[1].replicas) == 4 and seen[1].front_name == "stdlib"
+    assert server.describe()["replicas"] == 2
+    assert "2 replica(s) on cpu, cpu" in capsys.readouterr().out
+    assert main([*command[:4], "--replicas", "4", "--devices", "cpu"]) == 0
+    assert len(seen[1].replicas) == 4
 
 
 @pytest.mark.parametrize(
@@ -226,7 +222,7 @@ def test_serve_reward_without_the_server_extra_says_what_to_install(monkeypatch,
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises ImportError
     assert main(["serve-reward", "digit_classifier", "--port", "0"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'genrl[server]'" in err and "--server stdlib" in err
+    assert "pip install 'genrl[server]'" in err and len(err.strip().splitlines()) == 1
 
 
 def raw(address: str, data: bytes) -> bytes:
@@ -244,18 +240,13 @@ def chunked(body: bytes, piece: int = 100) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
 
 
-def test_the_asgi_front_takes_chunked_bodies_within_the_size_limit(servers) -> None:
-    """No Content-Length: the legacy front answers 411; the ASGI one reads the chunks and
-    refuses with 413 as soon as they pass ``max_request_bytes``."""
+def test_the_server_takes_chunked_bodies_within_the_size_limit(servers) -> None:
+    """No Content-Length: the server reads the chunks and refuses with 413 as soon as they pass
+    ``max_request_bytes``."""
     body = json.dumps({"version": 1, "prompts": ["p"], "outputs": encode_outputs(images(1, 0))})
-    server = RewardServer(
-        TargetColorReward(), port=0, max_request_bytes=len(body), front="asgi"
-    ).start()
-    legacy = RewardServer(TargetColorReward(), port=0, front="stdlib").start()
-    servers += [server, legacy]
+    server = RewardServer(TargetColorReward(), port=0, max_request_bytes=len(body)).start()
+    servers.append(server)
     head = b"POST /score HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-    reply = raw(legacy.address, head + b"\r\n" + chunked(body.encode()))
-    assert reply.startswith(b"HTTP/1.1 411") and b"Content-Length required" in reply
     reply = raw(server.address, head + b"Connection: close\r\n\r\n" + chunked(body.encode()))
     assert reply.startswith(b"HTTP/1.1 200") and b'"target_color": [' in reply
     server.max_request_bytes = len(body) - 1

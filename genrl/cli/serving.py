@@ -43,13 +43,6 @@ def add_serve_parser(sub: Any) -> None:
         "--max-wait", type=float, default=10.0, help="seconds to wait for the budget, then 503"
     )
     serve.add_argument(
-        "--server",
-        choices=["asgi", "stdlib"],
-        default="asgi",
-        help="HTTP front: asgi (Starlette on uvicorn, needs genrl[server]) or stdlib (the "
-        "legacy http.server, the benchmark's baseline)",
-    )
-    serve.add_argument(
         "--replicas",
         type=int,
         default=None,
@@ -78,7 +71,7 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
         raise ValueError("--kwargs must be a JSON object")
     replica_kwargs = _replica_kwargs(kwargs, args.replicas, args.devices)
     try:  # before the (possibly slow) reward models load
-        check_front(args.server)
+        check_front()
     except MissingServerExtra as err:
         raise ServeError(str(err)) from None
     _check_listen(args.host, args.port)
@@ -96,7 +89,6 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
             max_wait_s=args.max_wait,
             max_batch_size=args.max_batch_size,
             request_timeout_s=args.timeout,
-            front=args.server,
         )
     except OSError as err:  # taken since the check
         raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None
@@ -104,12 +96,12 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
     address = server.address
     where = ", ".join(str(o.get("device", "default device")) for o in replica_kwargs)
     print(
-        f"serving reward {args.reward!r} at {address}: {token}, {args.server} front, "
+        f"serving reward {args.reward!r} at {address}: {token}, "
         f"{len(rewards)} replica(s) on {where}; Ctrl-C stops",
         flush=True,
     )
-    # Shuts the server down however it ends. Ctrl-C is the way to stop it, a normal end: the
-    # legacy front raises KeyboardInterrupt, uvicorn catches SIGINT and SIGTERM and returns.
+    # Shuts the server down however it ends. Ctrl-C is the way to stop it, a normal end:
+    # uvicorn catches SIGINT and SIGTERM and returns (KeyboardInterrupt if it re-raises one).
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     print(f"genrl: stopped serving reward {args.reward!r} at {address}", file=sys.stderr)

@@ -1,10 +1,10 @@
-"""The ASGI front of the reward server (``server.py``, the default): Starlette on uvicorn.
+"""The HTTP front of the reward server (``server.py``): Starlette on uvicorn.
 
 One event loop serves every connection; a request waiting for its scores holds no thread (the
 scoring worker resolves an asyncio future through ``Job.callbacks``), and only the blocking steps,
 JSON parsing and PNG decoding within the server's limits, run in a worker thread. The protocol
-is the legacy front's (``server_http.py``): the same routes, wire format, status codes, token
-check, body-size limit and request ids. uvicorn's own refusals of malformed HTTP (h11's 400 and
+(routes, wire format, status codes, token check, body-size limit, request ids) is
+docs/rewards.md's "Reward servers". uvicorn's own refusals of malformed HTTP (h11's 400 and
 431, which it would send as plain text) are answered in JSON with a request id too, by
 ``JSONH11Protocol``.
 """
@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("reward_models.serving.server")
 
 BODY_TIMEOUT_S = 60.0  # seconds a client may take to send its body (then 408)
-# http.server's limits, kept so that both fronts refuse the same requests: the request target
-# and each header line at most 65536 bytes (414 / 431), at most 100 headers (431).
+# Python's http.server limits (the server's first front used them, and clients may rely on
+# them): the request target and each header line at most 65536 bytes (414 / 431), at most 100
+# headers (431).
 MAX_LINE = 65536
 MAX_HEADERS = 100
 MAX_HEAD_BYTES = 2 * MAX_LINE  # a head h11 is still waiting for the end of (431 beyond)
@@ -55,7 +56,7 @@ def json_reply(
     status: int, body: dict[str, Any], request_id: str, headers: dict[str, str] | None = None
 ) -> Response:
     """A JSON response; an error one carries the request id, is logged (4xx at INFO, 5xx at
-    WARNING) and closes the connection, as the legacy front does."""
+    WARNING) and closes the connection."""
     extra = {"X-Request-Id": request_id, **(headers or {})}
     if status >= 400:
         body = {**body, "request_id": request_id}
@@ -80,8 +81,8 @@ def build_app(server: ServerSide) -> Starlette:
             return json_reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}, request_id)
 
     async def every_request(scope: Scope, receive: Receive, send: Send) -> None:
-        # Mounted at "/", so every method and path reaches ``_route``, which answers as the
-        # legacy front does (404 for other paths, 501 for other methods, not Starlette's 405).
+        # Mounted at "/", so every method and path reaches ``_route``, which answers 404 for
+        # other paths and 501 for other methods (HTTP's "not implemented", not Starlette's 405).
         response = await endpoint(Request(scope, receive))
         await response(scope, receive, send)
 

@@ -1,8 +1,7 @@
-"""What a front (the HTTP transport) and the reward server ask of each other, and the listening
-socket a front is built on.
+"""What the HTTP front (``asgi.py``) asks of the reward server, and the socket it listens on.
 
-``RewardServer`` (``server.py``) builds its front by name; a front calls back only the
-``ServerSide`` methods below, so the fronts never import the server module.
+``RewardServer`` (``server.py``) builds the front; the front calls back only the ``ServerSide``
+methods below, so it never imports the server module (which imports it).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
 
 
 class ServerSide(Protocol):
-    """The steps of ``POST /score`` and ``GET /health`` that every front takes, in order:
+    """The steps of ``POST /score`` and ``GET /health`` that the front takes, in order:
     ``authorised``, ``parse``, ``admit``, ``dispatch``, then ``outcome`` once scored."""
 
     max_request_bytes: int
@@ -33,19 +32,6 @@ class ServerSide(Protocol):
     def dispatch(self, job: Job) -> None: ...
 
     def outcome(self, job: Job) -> tuple[HTTPStatus, dict[str, Any]]: ...
-
-
-class Front(Protocol):
-    """What a transport gives ``RewardServer``: listen at construction, serve, stop."""
-
-    @property
-    def address(self) -> str: ...
-
-    def start(self) -> None: ...
-
-    def serve_forever(self) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

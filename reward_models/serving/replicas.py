@@ -3,10 +3,10 @@
 Each ``Replica`` owns one reward model instance (on its own device) and one queue. Its worker
 takes the next request and merges queued requests of the same kind and image size into batches
 of up to ``max_batch_size`` samples within ``batch_wait_s``, scores each batch with one call and
-hands every request its own rows back. The HTTP fronts (``server_http.py``, ``server_asgi.py``)
-only decode requests and wait for them; ``Replicas.dispatch`` sends each request to the
-replica with the fewest samples queued or being scored, so that several replicas behind one
-endpoint share the load while one replica still merges whatever queues up behind it.
+hands every request its own rows back. The HTTP front (``asgi.py``) only decodes requests and
+waits for them; ``Replicas.dispatch`` sends each request to the replica with the fewest samples
+queued or being scored, so that several replicas behind one endpoint share the load while one
+replica still merges whatever queues up behind it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
 """Serve any reward model over HTTP with JSON (``genrl serve-reward NAME``).
 
 The HTTP front decodes requests and hands them to the scoring side; each model replica has one
-scoring worker (``server_replicas.py``) that merges queued requests into batches of up to
+scoring worker (``replicas.py``) that merges queued requests into batches of up to
 ``max_batch_size`` samples (images of one size, or texts) within ``batch_wait_s``, scores each
 batch with one call and hands every request its own rows back, so concurrent trainer processes
 share forwards. Several replicas (one model instance per device) sit behind one endpoint, each
 request going to the least-loaded one. Requests are checked before they reach a model: a shared
 token (``Authorization: Bearer ...``, compared in constant time), a size limit, the wire format
 of ``reward_models/wire.py`` and the kinds of output the reward ``accepts``; images are decoded
-only within the server-wide limits of ``server_requests.DecodeLimits`` (503 when full). A
+only within the server-wide limits of ``requests.DecodeLimits`` (503 when full). A
 request not scored within ``request_timeout_s`` gets a 504. Every reply is JSON, errors
 ``{"error": ..., "request_id": ...}``; internal failures are logged under the request id and
 never sent to the client.
 
-Two fronts speak the same protocol: ``"asgi"`` (the default: a Starlette app on uvicorn,
-``server_asgi.py``; needs ``pip install 'genrl[server]'``) and ``"stdlib"`` (the legacy
-``http.server`` front, one thread per connection, ``server_http.py``), kept as the baseline of
-``benchmarks/reward_server.py`` and for installs without the server extra.
+The HTTP front is a Starlette app on uvicorn (``asgi.py``; needs ``pip install
+'genrl[server]'``): one event loop for every connection, no thread parked per waiting request.
 
     server = RewardServer(build_reward("pickscore"), port=8000, token="secret")
     server.serve_forever()          # or server.start() for a background thread
@@ -29,10 +27,9 @@ import hmac
 import logging
 from collections.abc import Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reward_models.base import RewardModel
-from reward_models.serving.front import Front, listening_socket
 from reward_models.serving.replicas import Replicas
 from reward_models.serving.requests import (
     DecodeLimits,
@@ -43,10 +40,12 @@ from reward_models.serving.requests import (
 )
 from reward_models.wire import VERSION
 
+if TYPE_CHECKING:
+    from reward_models.serving.asgi import AsgiFront
+
 logger = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-FRONTS = ("asgi", "stdlib")
 
 
 class RewardServer:
@@ -68,11 +67,10 @@ class RewardServer:
         max_batch_size: samples per reward call (merged requests; larger requests are split).
         batch_wait_s: how long a scoring worker waits for more requests to merge.
         request_timeout_s: a request not scored within this gets 504.
-        front: ``"asgi"`` (Starlette on uvicorn) or ``"stdlib"`` (legacy http.server);
-            None: ``RewardServer.default_front``.
-    """
 
-    default_front = "asgi"
+    Raises ``MissingServerExtra`` (an ImportError saying what to install) without starlette
+    and uvicorn.
+    """
 
     def __init__(
         self,
@@ -88,7 +86,6 @@ class RewardServer:
         max_batch_size: int = 64,
         batch_wait_s: float = 0.01,
         request_timeout_s: float = 300.0,
-        front: str | None = None,
     ) -> None:
         if not token and host not in LOOPBACK:
             raise ValueError(
@@ -102,9 +99,6 @@ class RewardServer:
                 f"max_pixels ({max_pixels}) must fit the pixel budget ({pixel_budget}): a "
                 "request within its own limit could never be decoded"
             )
-        front = front or self.default_front
-        if front not in FRONTS:
-            raise ValueError(f"front must be one of {', '.join(FRONTS)}, got {front!r}")
         rewards = [reward] if isinstance(reward, RewardModel) else list(reward)
         self.token = token
         self.max_request_bytes = max_request_bytes
@@ -115,8 +109,7 @@ class RewardServer:
         self.replicas = Replicas(rewards, self.limits, max_batch_size, batch_wait_s)
         self.reward = rewards[0]  # what every replica is a copy of
         self.batch_sizes = self.replicas.batch_sizes  # samples per reward call, all replicas
-        self.front_name = front
-        self._front = _make_front(front, self, host, port)  # listening from here on
+        self._front = _make_front(self, host, port)  # listening from here on
         self._started = False
 
     @property
@@ -158,7 +151,7 @@ class RewardServer:
             },
         }
 
-    # -- the steps of POST /score every front takes (blocking ones in a worker thread) --------
+    # -- the steps of POST /score the front takes (blocking ones in a worker thread) -----------
     def authorised(self, header: str | None) -> bool:
         """Whether an ``Authorization`` header carries the token (constant-time compare)."""
         if not self.token:
@@ -200,30 +193,23 @@ class MissingServerExtra(ImportError):
     """The ASGI front's libraries (starlette, uvicorn) are not installed."""
 
 
-def check_front(name: str) -> None:
-    """Raise ``MissingServerExtra`` (saying what to install) when front ``name`` cannot run."""
-    if name != "asgi":
-        return
+def check_front() -> None:
+    """Raise ``MissingServerExtra`` (saying what to install) when the front cannot run."""
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as err:
         raise MissingServerExtra(
-            f"the default (asgi) reward server needs starlette and uvicorn ({err}); install "
-            "them with `pip install 'genrl[server]'`, or use the legacy http.server front "
-            "(`--server stdlib`, front='stdlib')"
+            f"the reward server needs starlette and uvicorn ({err}); install them with "
+            "`pip install 'genrl[server]'`"
         ) from None
 
 
-def _make_front(name: str, server: RewardServer, host: str, port: int) -> Front:
-    if name == "stdlib":
-        from reward_models.serving.stdlib import StdlibFront
-
-        return StdlibFront(server, host, port)
-    check_front(name)
+def _make_front(server: RewardServer, host: str, port: int) -> AsgiFront:
+    check_front()
     from reward_models.serving.asgi import AsgiFront
 
     return AsgiFront(server, host, port)
 
 
-__all__ = ["FRONTS", "MissingServerExtra", "RewardServer", "check_front", "listening_socket"]
+__all__ = ["MissingServerExtra", "RewardServer", "check_front"]
