@@ -106,8 +106,12 @@ def test_two_flow_grpo_steps_train_the_lora(
     }
     assert before and all("lora" in n for n in before)
     metrics = trainer.train_iteration()
-    # On-policy first minibatch: re-scored log-probs equal the rollout's, ratio exactly 1.
-    assert metrics["loss/first_minibatch_ratio_deviation"] == 0.0
+    # On-policy first minibatch: re-scored log-probs equal the rollout's, ratio 1. Exactly 1
+    # without guidance; with it, on a CPU with AVX-512/AMX kernels the re-scoring forward
+    # differs from the sampling one in the last bits (up to 2.4e-7 measured, 0 elsewhere), so
+    # the bound there is float32 rounding.
+    deviation = metrics["loss/first_minibatch_ratio_deviation"]
+    assert deviation == 0.0 if guidance == 1.0 else deviation < 1e-6
     trainer.train_iteration()
     after = dict(policy.network.named_parameters())
     changed = [n for n, p in before.items() if not torch.equal(p, after[n])]

@@ -138,7 +138,9 @@ def test_edit_trains_with_cfg_and_exports_into_the_stock_pipeline(
         n: p.detach().clone() for n, p in policy.network.named_parameters() if p.requires_grad
     }
     metrics = trainer.train_iteration()
-    assert metrics["loss/first_minibatch_ratio_deviation"] == 0.0
+    # Ratio 1 on the on-policy first minibatch, to float32 rounding: with CFG, a CPU with
+    # AVX-512/AMX kernels moves the last bits between sampling and re-scoring (6e-8 measured).
+    assert metrics["loss/first_minibatch_ratio_deviation"] < 1e-6
     trainer.train_iteration()
     after = dict(policy.network.named_parameters())
     changed = [n for n, p in before.items() if not torch.equal(p, after[n])]

@@ -133,9 +133,11 @@ def test_two_processes_compute_the_same_advantages(tmp_path: Path) -> None:
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for rank in ranks:
         torch.testing.assert_close(rank["rewards"], single.scores["reward"], rtol=0, atol=1e-6)
-        torch.testing.assert_close(rank["advantages"], single.advantages, rtol=0, atol=1e-5)
+        # Rewards agree to 1e-6; dividing by a group's std scales that up (1.2e-5 measured on
+        # an AVX-512 CPU), hence the relative bound.
+        torch.testing.assert_close(rank["advantages"], single.advantages, rtol=1e-4, atol=1e-5)
     local = torch.cat([r["local"] for r in ranks])
-    torch.testing.assert_close(local, single.advantages, rtol=0, atol=1e-5)
+    torch.testing.assert_close(local, single.advantages, rtol=1e-4, atol=1e-5)
     # Randomly chosen training timesteps follow the sample, not the process layout.
     assert torch.equal(torch.cat([r["timesteps"] for r in ranks]), single_timesteps)
 
