@@ -378,3 +378,16 @@ def test_a_stray_section_in_a_config_file_is_refused():
     data["sampler"]["top_p"] = 0.9
     with pytest.raises(ConfigError, match=r"sampler\.top_p"):
         config_from_dict(data)
+
+
+def test_a_remote_reward_spelled_on_the_command_line(cfg):
+    """docs/rewards.md's CLI spelling of a served reward builds the remote reward's kwargs."""
+    cfg.apply_overrides(
+        [
+            "reward.0.name=remote",
+            "reward.0.kwargs.url=http://127.0.0.1:8000",
+            "reward.0.kwargs.name=digit_classifier",
+        ]
+    )
+    assert cfg.reward[0].name == "remote"
+    assert cfg.reward[0].kwargs == {"url": "http://127.0.0.1:8000", "name": "digit_classifier"}

@@ -146,10 +146,6 @@ def test_gdro_ties_share_the_target_continuously_in_tau() -> None:
     hard, _ = loss_fn(v, v_ref, u, r)
     cold, _ = GroupRankingLoss(beta=6.0, tau=1e-8, gamma=1.0)(v, v_ref, u, r)
     assert hard.item() == pytest.approx(cold.item(), rel=1e-6)
-    # Swapping the tied members changes nothing.
-    swap = torch.tensor([1, 0, 2])
-    swapped, _ = loss_fn(v[:, swap], v_ref[:, swap], u[:, swap], r[:, swap])
-    assert swapped.item() == pytest.approx(hard.item(), rel=1e-6)
     # By hand: s = -beta (err - ref err); step 1 targets (1/2, 1/2, 0), step 2 (1, 0) after the
     # stable sort keeps [member 0, member 1, member 2]; the best term averages members 0 and 1.
     err = ((u - v) ** 2).mean(2)[0]
@@ -159,6 +155,43 @@ def test_gdro_ties_share_the_target_continuously_in_tau() -> None:
     step2 = math.log(math.exp(s[1]) + math.exp(s[2])) - s[1]
     expected = step1 + step2 + (float(err[0]) + float(err[1])) / 2
     assert hard.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_gdro_depends_on_the_order_of_tied_members_as_eq_7_does() -> None:
+    """Eq. 7 places tied members one after the other (stable sort: their order in the group),
+    and a later stage sees only the later ones, so swapping two members tied for the best
+    changes the loss; a tie at the bottom of three is seen whole by the last stage and is
+    symmetric (docs/algorithms/gdro.md, "Tied rewards and order")."""
+    torch.manual_seed(0)
+    v, v_ref, u = torch.randn(1, 3, 4), torch.randn(1, 3, 4), torch.randn(1, 3, 4)
+    loss_fn = GroupRankingLoss(beta=1.0, tau=0.05, gamma=1.0)
+    err = ((u - v) ** 2).mean(2)[0].tolist()
+    s = (-1.0 * (((u - v) ** 2).mean(2) - ((u - v_ref) ** 2).mean(2)))[0].tolist()
+
+    def by_hand(order: list[int], rewards: list[float]) -> float:
+        """Eq. 7 over ``order`` (best first) plus the best-sample term (ties share it)."""
+        total = 0.0
+        for i in range(len(order) - 1):
+            rest = order[i:]
+            weights = [math.exp(rewards[j] / 0.05) for j in rest]
+            target = sum(w * s[j] for w, j in zip(weights, rest, strict=True)) / sum(weights)
+            total += math.log(sum(math.exp(s[j]) for j in rest)) - target
+        best = [j for j in order if rewards[j] == max(rewards)]
+        return total + sum(err[j] for j in best) / len(best)
+
+    top_tie = [1.0, 1.0, 0.0]
+    swap = torch.tensor([1, 0, 2])
+    as_given, _ = loss_fn(v, v_ref, u, torch.tensor([top_tie]))
+    swapped, _ = loss_fn(v[:, swap], v_ref[:, swap], u[:, swap], torch.tensor([top_tie]))
+    assert as_given.item() == pytest.approx(by_hand([0, 1, 2], top_tie), rel=1e-5)
+    assert swapped.item() == pytest.approx(by_hand([1, 0, 2], top_tie), rel=1e-5)
+    assert abs(as_given.item() - swapped.item()) > 0.1  # 6.868 against 7.371
+    bottom_tie = [1.0, 0.0, 0.0]
+    swap = torch.tensor([0, 2, 1])
+    as_given, _ = loss_fn(v, v_ref, u, torch.tensor([bottom_tie]))
+    swapped, _ = loss_fn(v[:, swap], v_ref[:, swap], u[:, swap], torch.tensor([bottom_tie]))
+    assert as_given.item() == pytest.approx(by_hand([0, 1, 2], bottom_tie), rel=1e-5)
+    assert swapped.item() == pytest.approx(as_given.item(), rel=1e-6)
 
 
 def test_gdro_gradient_raises_the_better_sample() -> None:

@@ -204,6 +204,20 @@ def test_sequence_ratio_honours_the_aggregation() -> None:
     assert float(token_weighted) == pytest.approx((-2 * s - 1.1) / 3)
 
 
+def test_sequence_ratio_logs_ppo_kl_as_verls_token_mean() -> None:
+    """verl's GSPO loss logs ``ppo_kl`` as the token mean of old minus new log-prob, not a mean
+    over sequences: log-ratios (log 1.5, log 0.5) and (log 1.1) give
+    -(log 1.5 + log 0.5 + log 1.1) / 3 = 0.0641 (the mean over sequences would be 0.0243)."""
+    new = torch.log(torch.tensor([[1.5, 0.5], [1.1, 1.0]]))
+    old, mask = torch.zeros(2, 2), torch.tensor([[True, True], [True, False]])
+    _, metrics = TokenClippedSurrogate(0.2, level="sequence")(
+        new, old, torch.tensor([1.0, 1.0]), mask
+    )
+    token_mean = -(math.log(1.5) + math.log(0.5) + math.log(1.1)) / 3
+    assert float(metrics["ppo_kl"]) == pytest.approx(token_mean, abs=1e-6)
+    assert float(metrics["ppo_kl"]) == pytest.approx(0.0641, abs=1e-4)
+
+
 def test_per_token_advantages_by_hand() -> None:
     # Ratio 1 everywhere: the loss is -A per counted token.
     new = torch.zeros(2, 3, requires_grad=True)

@@ -291,6 +291,7 @@ class TokenClippedSurrogate:
         counted = mask.bool()
         maskf = mask.to(log_probs.dtype)
         log_ratio = (log_probs - old_log_probs.detach()) * maskf
+        token_log_ratio = log_ratio.detach()
         if self.level == "sequence":
             sequence = log_ratio.sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1)
             # Value s_i on every token; gradient s_i * d lp_t (GSPO-token, eq. 13).
@@ -311,7 +312,12 @@ class TokenClippedSurrogate:
             first = counted.float().argmax(-1)
             pick = torch.zeros_like(counted)
             pick[rows, first[rows]] = True
-            return loss, _ratio_metrics(terms, pick)
+            metrics = _ratio_metrics(terms, pick)
+            # ppo_kl stays a token mean of old minus new log-prob, as verl's
+            # compute_policy_loss_gspo logs it (masked_mean over the response tokens), not a
+            # mean of the per-sequence ratios' logs.
+            metrics["ppo_kl"] = -token_log_ratio.sum() / counted.sum().clamp(min=1)
+            return loss, metrics
         return loss, _ratio_metrics(terms, counted)
 
 
