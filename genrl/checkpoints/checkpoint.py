@@ -252,13 +252,15 @@ def run_dir_of(path: str | Path) -> Path:
 
 
 def _checkpoints_of(path: Path) -> list[Path]:
+    # Worded for every command that reads a checkpoint (train --resume, eval/sample/export
+    # --checkpoint), not for resuming only.
     if not path.exists():
-        raise CheckpointError(f"cannot resume: {path} does not exist")
+        raise CheckpointError(f"checkpoint path {path} does not exist")
     found = list_checkpoints(path)
     if not found:
         raise CheckpointError(
-            f"cannot resume: {path} holds no checkpoint (expected {path}/checkpoints/{PREFIX}*/ "
-            "with state.pt, or a checkpoint directory itself)"
+            f"{path} holds no checkpoint (expected {path}/checkpoints/{PREFIX}*/ with state.pt, "
+            "or a checkpoint directory itself)"
         )
     return found
 
