@@ -99,6 +99,10 @@ def test_bool_override(cfg):
     assert cfg.logging.tensorboard is False
     cfg.apply_overrides(["logging.tensorboard=true"])
     assert cfg.logging.tensorboard is True
+    # JSON list items reach the item type as JSON text, so [true] stays a boolean's spelling.
+    from genrl.config.overrides import parse_value
+
+    assert parse_value("[true, false]", list[bool], "flags") == [True, False]
 
 
 @pytest.mark.parametrize("spelling", ["yes", "no", "on", "off", "1", "0", "True", "FALSE", "maybe"])

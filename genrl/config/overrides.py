@@ -117,7 +117,7 @@ def parse_value(raw: str, annotation: Any, path: str) -> Any:
         if not isinstance(items, list):
             raise ConfigError(f"{path}: expected a list such as [a, b] or a,b; got {raw!r}")
         return [
-            parse_value(str(x) if not isinstance(x, str) else x, item_type, path) for x in items
+            parse_value(x if isinstance(x, str) else json.dumps(x), item_type, path) for x in items
         ]
     if origin is dict or annotation is dict:
         value = _auto(raw)
