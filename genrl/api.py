@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
+import numbers
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,11 @@ def policy_for(model: str) -> tuple[str, str | None]:
     whose ``model_index.json`` is in the local cache is a diffusers model."""
     from pipelines import POLICIES
 
+    if not isinstance(model, str):
+        raise ConfigError(
+            "model: expected a registered policy's name (countdown_lm, toy_digits, ...), a "
+            f"local model folder or a hub id, got {_shown(model)}"
+        )
     if model in POLICIES:
         return model, None
     folder = Path(model)
@@ -93,12 +100,20 @@ def overrides_from_args(args: Mapping[str, Any] | Sequence[str] | None) -> list[
     whose keys are dotted genrl keys or TRL ``GRPOConfig`` names (``TRL_ARGS``)."""
     if args is None:
         return []
-    if isinstance(args, str):
-        raise ConfigError("args: expected a mapping or a list of key=value strings, got a string")
+    if isinstance(args, str) or not isinstance(args, Mapping | Sequence):
+        raise ConfigError(
+            "args: expected a mapping such as {'max_steps': 20} or a list of key=value "
+            f"strings, got {_shown(args)}"
+        )
     if not isinstance(args, Mapping):
+        for i, text in enumerate(args):
+            if not isinstance(text, str):
+                raise ConfigError(f"args.{i}: expected a key=value string, got {_shown(text)}")
         return list(args)
     out = []
     for key, value in args.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"args: keys are setting names (strings), got {_shown(key)}")
         if "." not in key and key in TRL_ARGS:
             if key == "report_to" and isinstance(value, str):
                 value = [] if value == "none" else [value]
@@ -117,6 +132,16 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _shown(value: Any) -> str:
+    """``5 (an int)``: a wrong argument and its type, for messages."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    kind = type(value).__name__
+    return f"{text} ({'an' if kind[:1] in 'aeiou' else 'a'} {kind})"
+
+
 def reward_specs(
     reward_funcs: RewardFunc | str | Sequence[RewardFunc | str],
     weights: Sequence[float] | None = None,
@@ -126,19 +151,22 @@ def reward_specs(
     ``__name__`` (TRL names its ``rewards/<name>/mean`` metric the same way)."""
     from reward_models import REWARDS, CallableReward
 
-    funcs = (
-        [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else reward_funcs
-    )
-    funcs = list(funcs)
+    if callable(reward_funcs) or isinstance(reward_funcs, str):
+        funcs: list[Any] = [reward_funcs]
+    elif isinstance(reward_funcs, Sequence):
+        funcs = list(reward_funcs)
+    else:
+        raise ConfigError(
+            "reward_funcs: expected a reward function, a registered reward's name or a list "
+            f"of them, got {_shown(reward_funcs)}"
+        )
     if not funcs:
         raise ConfigError("reward_funcs: at least one reward function or reward name is needed")
-    if weights is not None and len(weights) != len(funcs):
-        raise ConfigError(
-            f"reward_weights: {len(weights)} weights for {len(funcs)} reward functions"
-        )
+    if weights is not None:
+        weights = _weights(weights, len(funcs))
     specs = []
     for i, fn in enumerate(funcs):
-        weight = 1.0 if weights is None else float(weights[i])
+        weight = 1.0 if weights is None else weights[i]
         if isinstance(fn, str):
             if fn not in REWARDS:
                 from genrl.config.errors import unknown_message
@@ -168,6 +196,22 @@ def reward_specs(
     return specs
 
 
+def _weights(weights: Any, count: int) -> list[float]:
+    """``reward_weights`` as floats, one per reward function; anything else is refused by
+    name (a string or a boolean is not a weight)."""
+    if isinstance(weights, str) or not isinstance(weights, Sequence):
+        raise ConfigError(
+            f"reward_weights: expected a list of numbers, one per reward function, got "
+            f"{_shown(weights)}"
+        )
+    if len(weights) != count:
+        raise ConfigError(f"reward_weights: {len(weights)} weights for {count} reward functions")
+    for i, weight in enumerate(weights):
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+            raise ConfigError(f"reward_weights.{i}: expected a number, got {_shown(weight)}")
+    return [float(weight) for weight in weights]
+
+
 def register_prompts(dataset: Any, role: str, column: str) -> str:
     """The ``prompts.dataset`` value of ``dataset``: a string (a registered set, a file, an
     ``hf:`` spec) as it is; a ``datasets.Dataset``, a list of strings or a list of row dicts
@@ -177,6 +221,13 @@ def register_prompts(dataset: Any, role: str, column: str) -> str:
 
     if isinstance(dataset, str | Path):
         return str(dataset)
+    if not hasattr(dataset, "column_names") and (
+        isinstance(dataset, Mapping) or not isinstance(dataset, Iterable)
+    ):
+        raise ConfigError(
+            f"{role}: expected a datasets.Dataset, a list of prompts or row dicts, or a file "
+            f"or prompt set name, got {_shown(dataset)}"
+        )
     rows = list(dataset) if not hasattr(dataset, "column_names") else dataset
     if isinstance(rows, list) and rows and all(isinstance(r, str) for r in rows):
         rows = [{column: r} for r in rows]
@@ -189,7 +240,7 @@ def register_prompts(dataset: Any, role: str, column: str) -> str:
 
 
 def build_config(
-    model: str,
+    model: str | os.PathLike[str],
     reward_funcs: RewardFunc | str | Sequence[RewardFunc | str],
     args: Mapping[str, Any] | Sequence[str] | None = None,
     train_dataset: Any = None,
@@ -204,6 +255,10 @@ def build_config(
     applied as ``--set`` overrides are."""
     from genrl.recipes import get_recipe
 
+    for argument, value in (("algorithm", algorithm), ("recipe", recipe)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{argument}: expected a name (a string), got {_shown(value)}")
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
     name, pretrained = policy_for(model)
     config = get_recipe(recipe or BASE_RECIPES.get(name, FLOW_BASE))
     config.recipe = f"{recipe or config.recipe}_api"
@@ -261,7 +316,7 @@ class GRPOTrainer:
 
     def __init__(
         self,
-        model: str,
+        model: str | os.PathLike[str],
         reward_funcs: RewardFunc | str | Sequence[RewardFunc | str],
         args: Mapping[str, Any] | Sequence[str] | None = None,
         train_dataset: Any = None,

@@ -193,9 +193,31 @@ class CallableReward(RewardModel):
                 f"reward function {self.name!r} returned {len(values)} values for "
                 f"{len(prompts)} samples"
             )
-        applicable = torch.tensor([v is not None for v in values])
-        scores = torch.tensor([float("nan") if v is None else float(v) for v in values])
+        numbers = [self._number(v, i, len(values)) for i, v in enumerate(values)]
+        applicable = torch.tensor([v is not None for v in numbers])
+        scores = torch.tensor([float("nan") if v is None else v for v in numbers])
         return RewardOutput({self.name: scores}, {self.name: applicable})
+
+    def _number(self, value: Any, index: int, count: int) -> float | None:
+        """``value`` as a float, None as it is; a string or a boolean is refused rather than
+        converted (``float("0.5")`` and ``float(True)`` would hide a function returning the
+        wrong thing)."""
+        if value is None:
+            return None
+        refused = isinstance(value, str | bytes | bool) or "bool" in str(
+            getattr(value, "dtype", "")
+        )
+        try:
+            number = None if refused else float(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None:
+            raise ValueError(
+                f"reward function {self.name!r} returned {value!r} ({type(value).__name__}) "
+                f"for sample {index} of the {count} it scored; return a number per sample, or "
+                "None where the reward does not apply"
+            )
+        return number
 
 
 def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:

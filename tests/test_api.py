@@ -11,6 +11,7 @@ import torch
 from genrl import GRPOTrainer
 from genrl.api import build_config, overrides_from_args, policy_for
 from genrl.config.errors import ConfigError
+from genrl.prompts.datasets import PromptFileError
 from reward_models import REWARDS
 from tasks.countdown import make_problems
 
@@ -137,6 +138,95 @@ def test_bad_calls_name_the_argument() -> None:
             {"prompts.column": "question"},
             train_dataset=countdown_dataset(2),
         )
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            {"reward_funcs": None},
+            "reward_funcs: expected a reward function, a registered reward's name or a list of "
+            "them, got None",
+        ),
+        (
+            {"args": 5},
+            "args: expected a mapping such as {'max_steps': 20} or a list of key=value strings, "
+            "got 5 (an int)",
+        ),
+        (
+            {"args": ["train.iterations=2", 3]},
+            "args.1: expected a key=value string, got 3 (an int)",
+        ),
+        ({"args": {1: 2}}, "args: keys are setting names (strings), got 1 (an int)"),
+        (
+            {"model": 5},
+            "model: expected a registered policy's name (countdown_lm, toy_digits, ...), a local "
+            "model folder or a hub id, got 5 (an int)",
+        ),
+        ({"reward_weights": ["a"]}, "reward_weights.0: expected a number, got 'a' (a str)"),
+        ({"reward_weights": [True]}, "reward_weights.0: expected a number, got True (a bool)"),
+        (
+            {"reward_weights": 2.0},
+            "reward_weights: expected a list of numbers, one per reward function, got 2.0 "
+            "(a float)",
+        ),
+        (
+            {"train_dataset": 5},
+            "train_dataset: expected a datasets.Dataset, a list of prompts or row dicts, or a "
+            "file or prompt set name, got 5 (an int)",
+        ),
+        ({"algorithm": 3}, "algorithm: expected a name (a string), got 3 (an int)"),
+        (
+            {"args": {"train.dynamic_sampling": "yes"}},
+            "train.dynamic_sampling: expected true or false, got 'yes'",
+        ),
+        (
+            {"train_dataset": ["Use 1 2 3 to make 6:", " "]},
+            "train_dataset: row 2 has an empty 'prompt'; give every row a prompt text or drop "
+            "the row",
+        ),
+        (
+            {"train_dataset": [{"prompt": ""}]},
+            "train_dataset: row 1 has an empty 'prompt'; give every row a prompt text or drop "
+            "the row",
+        ),
+    ],
+)
+def test_wrong_arguments_are_one_error_naming_the_argument(
+    call: dict[str, object], message: str
+) -> None:
+    """Each of these raised a bare TypeError or ValueError from inside genrl or pathlib, or
+    (the blank prompt) a reshape error from inside torch once training started."""
+    arguments: dict[str, object] = {"model": "countdown_lm", "reward_funcs": [exact_target]}
+    with pytest.raises((ConfigError, PromptFileError)) as info:  # both one line in the CLI
+        build_config(**{**arguments, **call})  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_a_reward_function_returning_strings_or_booleans_is_refused() -> None:
+    from reward_models import CallableReward, CompositeReward, RewardError
+
+    def says_yes(completions, **kwargs):  # type: ignore[no-untyped-def]
+        return [1.0, "yes"]
+
+    def passed(completions, **kwargs):  # type: ignore[no-untyped-def]
+        return [True, None]
+
+    def numbers(completions, **kwargs):  # type: ignore[no-untyped-def]
+        return [1, None]  # an int, and None for "not applicable": the contract
+
+    with pytest.raises(ValueError) as info:
+        CallableReward(says_yes)(["a", "b"], ["p", "q"])
+    assert str(info.value) == (
+        "reward function 'says_yes' returned 'yes' (str) for sample 1 of the 2 it scored; "
+        "return a number per sample, or None where the reward does not apply"
+    )
+    # As training scores it: through the composite, named once more by the reward.
+    with pytest.raises(RewardError, match=r"'passed' returned True \(bool\) for sample 0 of"):
+        CompositeReward([(CallableReward(passed), 1.0)])(["a", "b"], ["p", "q"])
+    result = CallableReward(numbers)(["a", "b"], ["p", "q"])
+    assert result.scores["numbers"][0].item() == 1.0 and result.scores["numbers"][1].isnan()
+    assert result.applicable["numbers"].tolist() == [True, False]
 
 
 def test_reward_functions_are_called_as_trl_calls_them() -> None:

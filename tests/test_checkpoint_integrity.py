@@ -55,12 +55,15 @@ def _damage(file: Path, how: str) -> None:
             data[i] ^= 0xFF
     elif how == "truncate":
         data = data[: len(data) // 2]
+    elif how == "delete":
+        file.unlink()
+        return
     else:
         data = bytearray()
     file.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["flip", "truncate", "empty"])
+@pytest.mark.parametrize("how", ["flip", "truncate", "empty", "delete"])
 @pytest.mark.parametrize("name", FILES)
 def test_damaged_file_is_named_and_a_run_falls_back(
     tmp_path: Path, name: str, how: str, capsys: pytest.CaptureFixture[str]
@@ -121,18 +124,29 @@ def test_save_fsyncs_files_and_directories(tmp_path: Path, monkeypatch: pytest.M
     assert synced_dirs == [path.with_name(".tmp-iter_000001"), run / "checkpoints", run]
 
 
-def test_checkpoint_without_manifest_is_accepted_with_a_warning(
+def test_a_checkpoint_without_its_manifest_is_corrupt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _save(tmp_path / "run", 1)
-    (path / "manifest.json").unlink()  # as written before manifests existed
-    assert resolve_checkpoint(tmp_path / "run") == path
-    assert "has no manifest.json (written by an older genrl)" in capsys.readouterr().err
-    assert load_checkpoint(path)["state"]["iteration"] == 1
-    # Unverifiable, but a file that does not parse is still named.
-    _damage(path / "trainable.safetensors", "truncate")
-    with pytest.raises(CorruptCheckpointError, match=r"trainable\.safetensors cannot be read"):
-        load_checkpoint(path)
+    """Deleting manifest.json used to turn the check off with a warning, so a flipped byte then
+    loaded; every checkpoint genrl writes has a manifest, so one without is refused."""
+    run = tmp_path / "run"
+    older = _save(run, 1)
+    newest = _save(run, 2)
+    (newest / "manifest.json").unlink()
+    _damage(newest / "trainable.safetensors", "flip")  # same size: only a checksum sees it
+    expected = (
+        f"checkpoint {newest} is corrupt: manifest.json is missing, so its files cannot be "
+        "checked (genrl writes one into every checkpoint)"
+    )
+    with pytest.raises(CorruptCheckpointError) as info:
+        resolve_checkpoint(newest)
+    assert str(info.value) == expected
+    with pytest.raises(CorruptCheckpointError) as info:
+        load_checkpoint(newest)
+    assert str(info.value) == expected
+    capsys.readouterr()
+    assert resolve_checkpoint(run) == older  # resuming the run falls back, as for other damage
+    assert f"genrl: warning: {expected}; skipping it" in capsys.readouterr().err
 
 
 class Smuggled:
@@ -142,9 +156,15 @@ class Smuggled:
 def _tamper(path: Path, name: str) -> None:
     """Replace ``name`` with a pickle of a foreign object and update the manifest to match, as
     someone who knows the format would."""
+    torch.save({"payload": Smuggled()}, path / name)
+    _record(path, name)
+
+
+def _record(path: Path, name: str) -> None:
+    """Write ``name``'s present size and checksum into the manifest, so that a file replaced
+    on purpose passes verification and reaches the loader's own checks."""
     import hashlib
 
-    torch.save({"payload": Smuggled()}, path / name)
     manifest = json.loads((path / "manifest.json").read_text())
     data = (path / name).read_bytes()
     manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
@@ -164,7 +184,7 @@ def test_refused_pickle_says_not_a_checkpoint_or_tampered(tmp_path: Path, name: 
 def test_state_that_is_not_ours_is_named(tmp_path: Path) -> None:
     path = _save(tmp_path / "run", 1)
     torch.save({"weights": torch.zeros(2)}, path / "state.pt")
-    (path / "manifest.json").unlink()
+    _record(path, "state.pt")
     with pytest.raises(CorruptCheckpointError, match=r"state\.pt is not a genrl checkpoint state"):
         load_checkpoint(path)
 
@@ -173,7 +193,7 @@ def test_a_checkpoint_of_the_one_algorithm_state_layout_says_so(tmp_path: Path) 
     path = _save(tmp_path / "run", 1)
     old = {"iteration": 1, "optimizer_steps": 1, "algorithm": {}, "reward": {}}
     torch.save(old, path / "state.pt")
-    (path / "manifest.json").unlink()
+    _record(path, "state.pt")
     with pytest.raises(CorruptCheckpointError, match="before rollouts and objectives were split"):
         load_checkpoint(path)
 
@@ -229,16 +249,22 @@ def _trained_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.parametrize(
+    ("without_manifest", "named"),
+    [(False, "trainable.safetensors differs"), (True, "manifest.json is missing")],
+)
 def test_resume_falls_back_to_the_newest_intact_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], without_manifest: bool, named: str
 ) -> None:
     run = _trained_run(tmp_path)
     bad = run / "checkpoints" / "iter_000002"
     _damage(bad / "trainable.safetensors", "flip")
+    if without_manifest:
+        (bad / "manifest.json").unlink()
     capsys.readouterr()
     config = tiny_config(tmp_path, "train.iterations=3")
     trainer = Trainer(config, run_dir=run, resume_from=run)
-    assert f"{bad} is corrupt: trainable.safetensors differs" in capsys.readouterr().err
+    assert f"{bad} is corrupt: {named}" in capsys.readouterr().err
     trainer.train()
     assert (run / "checkpoints" / "abandoned" / "iter_000002").is_dir()  # set aside, not reused
     assert json.loads((run / "summary.json").read_text())["iterations"] == 3

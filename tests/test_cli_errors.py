@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny import tiny_overrides
+from tiny import tiny_config, tiny_overrides
 
+import genrl.loop.trainer
+from genrl import Trainer
 from genrl.algorithms import ALGORITHMS
 from genrl.cli.main import main
 from genrl.config.errors import ConfigError
@@ -262,3 +264,75 @@ def test_all_zero_reward_weights_are_rejected(capsys: pytest.CaptureFixture[str]
     get_recipe(DEFAULT_RECIPE).apply_overrides(
         ["reward.1.name=target_color", "reward.1.weight=0"]
     ).validate()
+
+
+# -- checkpoints of another run, unknown commands ---------------------------------------------
+def test_a_missing_checkpoint_path_is_named_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``genrl eval --checkpoint missing`` said "cannot resume"."""
+    missing = tmp_path / "missing"
+    expected = f"genrl: error: checkpoint path {missing} does not exist\n"
+    assert _cli_error(capsys, "eval", "--checkpoint", str(missing)) == expected
+    assert _cli_error(capsys, "train", "--resume", str(missing)) == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "hint"),
+    [
+        ("recipes", "`genrl list --recipes` lists the recipes"),
+        ("rewards", "`genrl list` lists the rewards"),
+        ("digits_flow_grpo", "to train that recipe: genrl train digits_flow_grpo"),
+        (
+            "tarin",
+            "`genrl --help` describes the commands; `genrl list --recipes` lists the recipes",
+        ),
+    ],
+)
+def test_an_unknown_command_gets_argparse_message_and_a_hint(
+    command: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == (
+        f"genrl: error: argument command: invalid choice: {command!r} (choose from 'train', "
+        "'eval', 'sample', 'export', 'serve-reward', 'train-reward', 'list'); " + hint
+    )
+
+
+def test_a_run_under_another_recipe_is_refused_before_models_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A digits run resumed as llm_countdown_grpo failed after the models had loaded, with a
+    hint about LoRA; the run's config.json is compared first."""
+    run = tmp_path / "run"
+    Trainer(tiny_config(tmp_path, f"output_dir={run}", "train.iterations=1")).train()
+
+    def no_models(*args: object) -> None:
+        raise AssertionError("models were built before the configs were compared")
+
+    monkeypatch.setattr(genrl.loop.trainer, "build_run", no_models)
+    err = _cli_error(capsys, "train", "llm_countdown_grpo", "--resume", str(run))
+    assert err == (
+        f"genrl: error: {run} is a run of recipe 'digits_flow_grpo', not 'llm_countdown_grpo': "
+        "resume it without naming a recipe (its config.json is used), or start "
+        "llm_countdown_grpo in a directory of its own\n"
+    )
+    # The same recipe with a key its checkpoints depend on changed: the key is named.
+    err = _cli_error(capsys, "train", "--resume", str(run), "--set", "policy.lora_rank=4")
+    assert err == (
+        f"genrl: error: the checkpoints of {run} do not fit this config (policy.lora_rank 0 "
+        "there, 4 here): use the run's own config.json (the CLI does when no recipe is named) "
+        "or set these keys as the run had them\n"
+    )
+    # Scoring with another recipe is allowed as long as the policy is the checkpoint's.
+    flow = tiny_overrides(tmp_path)[0].partition("=")[2]
+    err = _cli_error(capsys, "eval", "llm_countdown_grpo", "--checkpoint", str(run))
+    assert err == (
+        f"genrl: error: the checkpoints of {run} do not fit this config (policy.name "
+        f'"toy_digits" there, "countdown_lm" here; policy.pretrained "{flow}" there, null '
+        "here): use the run's own config.json (the CLI does when no recipe is named) or set "
+        "these keys as the run had them\n"
+    )

@@ -52,6 +52,7 @@ def _probe(*argv: str) -> dict:
         (["train", "--no-such-option"], 2),
         ([], 2),  # no command
         (["train", "digits_flow"], 2),  # a mistyped recipe
+        (["recipes"], 2),  # an unknown command, answered with a hint toward `genrl list`
     ],
 )
 def test_help_and_argument_errors_import_nothing_heavy(argv: list[str], code: int) -> None:

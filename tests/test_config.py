@@ -95,12 +95,24 @@ def test_list_overrides(cfg):
 
 
 def test_bool_override(cfg):
-    cfg.apply_overrides(["logging.tensorboard=off"])
+    cfg.apply_overrides(["logging.tensorboard=false"])
     assert cfg.logging.tensorboard is False
-    cfg.apply_overrides(["logging.tensorboard=Yes"])
+    cfg.apply_overrides(["logging.tensorboard=true"])
     assert cfg.logging.tensorboard is True
-    with pytest.raises(ConfigError, match="true or false"):
-        cfg.apply_overrides(["logging.tensorboard=maybe"])
+    # JSON list items reach the item type as JSON text, so [true] stays a boolean's spelling.
+    from genrl.config.overrides import parse_value
+
+    assert parse_value("[true, false]", list[bool], "flags") == [True, False]
+
+
+@pytest.mark.parametrize("spelling", ["yes", "no", "on", "off", "1", "0", "True", "FALSE", "maybe"])
+def test_bool_override_takes_only_json_spellings(cfg, spelling):
+    """``yes`` was once read as true; a boolean now takes what config.json takes."""
+    before = cfg.train.dynamic_sampling
+    with pytest.raises(ConfigError) as info:
+        cfg.apply_overrides([f"train.dynamic_sampling={spelling}"])
+    assert str(info.value) == (f"train.dynamic_sampling: expected true or false, got {spelling!r}")
+    assert cfg.train.dynamic_sampling is before
 
 
 def test_reward_list_overrides(cfg):

@@ -107,6 +107,25 @@ def test_a_missing_prompt_column_names_the_file_and_the_columns(tmp_path: Path) 
         load_prompts(str(tmp_path / "absent.parquet"))
 
 
+def test_an_empty_prompt_is_named_by_its_row_or_line(tmp_path: Path) -> None:
+    """A blank prompt used to reach the model and fail in torch ("cannot reshape tensor of 0
+    elements"); it is refused when the dataset is read."""
+    csv_file = tmp_path / "d.csv"
+    csv_file.write_text("prompt,answer\nUse 1 2 3 to make 6:,6\n  ,3\n", encoding="utf-8")
+    with pytest.raises(PromptFileError) as info:
+        load_prompts(str(csv_file))
+    assert str(info.value) == (
+        f"{csv_file}: row 2 has an empty 'prompt'; give every row a prompt text or drop the row"
+    )
+    jsonl_file = tmp_path / "d.jsonl"  # a blank line first: the message gives the file's line
+    jsonl_file.write_text('\n{"prompt": "a"}\n{"prompt": ""}\n', encoding="utf-8")
+    with pytest.raises(PromptFileError) as info:
+        load_prompts(str(jsonl_file))
+    assert str(info.value) == (
+        f'{jsonl_file}: line 3 has an empty "prompt"; give every row a prompt text or drop the row'
+    )
+
+
 def test_a_corrupt_parquet_file_is_named(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     path = tmp_path / "broken.parquet"

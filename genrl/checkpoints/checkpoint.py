@@ -17,8 +17,11 @@ loss leaves either the old or the new checkpoint, never half of one. A full disk
 Reading: ``resolve_checkpoint`` checks every file against the manifest before anything is
 loaded. A named checkpoint directory that fails the check is an error naming the file; resuming
 a run directory falls back to its newest intact checkpoint, with a warning naming each corrupt
-one it skips. Checkpoints written before manifests existed are accepted with a warning: their
-files cannot be checked, but a file that cannot be parsed is still reported by name.
+one it skips. A checkpoint without ``manifest.json`` is corrupt like any other (its files could
+not be checked, so a flipped byte would load): every checkpoint this version writes has one,
+and the checkpoints genrl wrote before manifests existed (commit 2d5cb88 added them) hold the
+state layout from before rollouts and objectives were split (commit b453c62, later), which
+``load_checkpoint`` refuses anyway, so no checkpoint this version could load lacks one.
 """
 
 from __future__ import annotations
@@ -249,13 +252,15 @@ def run_dir_of(path: str | Path) -> Path:
 
 
 def _checkpoints_of(path: Path) -> list[Path]:
+    # Worded for every command that reads a checkpoint (train --resume, eval/sample/export
+    # --checkpoint), not for resuming only.
     if not path.exists():
-        raise CheckpointError(f"cannot resume: {path} does not exist")
+        raise CheckpointError(f"checkpoint path {path} does not exist")
     found = list_checkpoints(path)
     if not found:
         raise CheckpointError(
-            f"cannot resume: {path} holds no checkpoint (expected {path}/checkpoints/{PREFIX}*/ "
-            "with state.pt, or a checkpoint directory itself)"
+            f"{path} holds no checkpoint (expected {path}/checkpoints/{PREFIX}*/ with state.pt, "
+            "or a checkpoint directory itself)"
         )
     return found
 
@@ -287,13 +292,6 @@ def verify_checkpoint(path: Path) -> None:
     """Check every file of the checkpoint ``path`` against its manifest (size, then SHA-256);
     raise ``CorruptCheckpointError`` naming the first file that is missing or differs."""
     manifest = _read_manifest(path)
-    if manifest is None:
-        _require_files(path, REQUIRED)
-        _warn(
-            f"checkpoint {path} has no {MANIFEST} (written by an older genrl): its files cannot "
-            "be checked for corruption"
-        )
-        return
     files = manifest["files"]
     required = REQUIRED_SHARDED if manifest.get("sharded") else REQUIRED
     _require_files(path, [*required, *files])
@@ -322,11 +320,15 @@ def _require_files(path: Path, names: list[str] | tuple[str, ...]) -> None:
             raise CorruptCheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest, None when the checkpoint predates manifests."""
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """The checkpoint's manifest; ``CorruptCheckpointError`` when it is missing or unreadable
+    (the module docstring says why a missing one is corruption, not an older format)."""
     file = path / MANIFEST
     if not file.is_file():
-        return None
+        raise CorruptCheckpointError(
+            f"checkpoint {path} is corrupt: {MANIFEST} is missing, so its files cannot be "
+            "checked (genrl writes one into every checkpoint)"
+        )
     try:
         manifest = json.loads(file.read_bytes())
         files = manifest["files"]
@@ -391,8 +393,7 @@ def load_checkpoint(path: Path, verified: bool = False) -> dict[str, Any]:
 
 def is_sharded_checkpoint(path: Path) -> bool:
     """Whether the checkpoint ``path`` holds per-process shards (an FSDP2 run's)."""
-    manifest = _read_manifest(path)
-    return bool(manifest and manifest.get("sharded"))
+    return bool(_read_manifest(path).get("sharded"))
 
 
 def _load(path: Path, name: str) -> Any:

@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from genrl.cli.serving import add_serve_parser
 
@@ -33,10 +33,38 @@ def _add_config_args(p: argparse.ArgumentParser, recipe_optional: bool = True) -
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="genrl", description="RL post-training of generative models."
-    )
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with a hint after the error when one is set (an unknown command)."""
+
+    hint = ""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(f"{message}; {self.hint}" if self.hint else message)
+
+
+# Words people type for a listing, as commands of their own.
+_LISTINGS = ("recipes", "recipe", "algorithms", "policies", "rewards", "samplers", "models")
+
+
+def _command_hint(argv: list[str]) -> str:
+    """The hint for an unknown command: ``genrl list`` for a registry's name, ``genrl train``
+    for a recipe's, the command list otherwise; "" when the command is known."""
+    from genrl.recipes.catalog import CATALOG
+
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in _COMMANDS:
+        return ""
+    if word in ("recipes", "recipe"):
+        return "`genrl list --recipes` lists the recipes"
+    if word in _LISTINGS:
+        return f"`genrl list` lists the {word}"
+    if word in CATALOG:
+        return f"to train that recipe: genrl train {word}"
+    return "`genrl --help` describes the commands; `genrl list --recipes` lists the recipes"
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(prog="genrl", description="RL post-training of generative models.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a policy (default: the embedded digits task)")
@@ -104,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # --help and argument errors end in parse_args, before anything imports torch.
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.hint = _command_hint(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     unknown = _unknown_recipe(getattr(args, "recipe", None))
     if unknown is not None:  # also before torch: a typo is answered at once
         print(f"genrl: error: {unknown}", file=sys.stderr)
@@ -243,13 +273,17 @@ def _interrupted_run(run_dir: Path) -> str:
 
 def _trainer_for(args: argparse.Namespace):
     from genrl.checkpoints.checkpoint import resolve_checkpoint
+    from genrl.checkpoints.run_dir import WEIGHT_KEYS, refuse_other_run
     from genrl.loop.trainer import Trainer
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
     config = _load_config(args, checkpoint)
     config.logging.tensorboard = False
-    # Verified before the model loads, so that a corrupt checkpoint fails fast.
+    # Verified before the model loads, so that a corrupt checkpoint fails fast; another
+    # recipe may score it, but its policy must be the checkpoint's.
     verified = resolve_checkpoint(checkpoint) if checkpoint is not None else None
+    if verified is not None:
+        refuse_other_run(config, verified, WEIGHT_KEYS)
     trainer = Trainer(config, run_dir=Path(os.devnull))
     if verified is not None:
         trainer.load_checkpoint(verified, verified=True)

@@ -82,8 +82,9 @@ def _auto(raw: str) -> Any:
         return raw
 
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+# JSON's spellings only, as config.json and the API (which writes Python's True as ``true``)
+# take them: ``yes``, ``on`` or ``1`` for a boolean is refused rather than guessed.
+BOOLEANS = {"true": True, "false": False}
 
 
 def parse_value(raw: str, annotation: Any, path: str) -> Any:
@@ -116,7 +117,7 @@ def parse_value(raw: str, annotation: Any, path: str) -> Any:
         if not isinstance(items, list):
             raise ConfigError(f"{path}: expected a list such as [a, b] or a,b; got {raw!r}")
         return [
-            parse_value(str(x) if not isinstance(x, str) else x, item_type, path) for x in items
+            parse_value(x if isinstance(x, str) else json.dumps(x), item_type, path) for x in items
         ]
     if origin is dict or annotation is dict:
         value = _auto(raw)
@@ -124,10 +125,8 @@ def parse_value(raw: str, annotation: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a JSON object, got {raw!r}")
         return value
     if annotation is bool:
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
+        if raw in BOOLEANS:
+            return BOOLEANS[raw]
         raise ConfigError(f"{path}: expected true or false, got {raw!r}")
     if annotation in (int, float):
         try:

@@ -71,8 +71,11 @@ class Trainer:
         self._started = False  # a later train() call continues this run in memory
 
         # Resolve and verify the checkpoint first so that a bad --resume fails before any heavy
-        # work (a run directory falls back to its newest intact checkpoint).
+        # work (a run directory falls back to its newest intact checkpoint); a run of another
+        # recipe fails here too, not once the models are built.
         self._resume_path = ckpt.resolve_checkpoint(resume_from) if resume_from else None
+        if self._resume_path is not None:
+            rundir.refuse_other_run(config, self._resume_path, rundir.RESUME_KEYS)
 
         # Every component, in build_run's order (genrl/run/build.py).
         run = build_run(config, accelerator)

@@ -53,6 +53,12 @@ def prompts_from_rows(
                 f"{where}: row {number} needs a string {column!r} column{known}; name the prompt "
                 "column with prompts.column"
             )
+        if not row[column].strip():
+            # A blank prompt encodes to no tokens, which fails deep inside the model's forward.
+            raise PromptFileError(
+                f"{where}: row {number} has an empty {column!r}; give every row a prompt text "
+                "or drop the row"
+            )
         columns = {k: v for k, v in row.items() if k != column}
         if folder is not None:
             for key in IMAGE_COLUMNS:
@@ -89,6 +95,11 @@ def read_jsonl(path: Path, column: str = "prompt") -> list[str]:
             if not isinstance(row, dict) or not isinstance(row.get(column), str):
                 raise PromptFileError(
                     f'{path}: line {number} must be an object with a string "{column}"'
+                )
+            if not row[column].strip():  # named by its line here, not its row
+                raise PromptFileError(
+                    f'{path}: line {number} has an empty "{column}"; give every row a prompt '
+                    "text or drop the row"
                 )
             yield row
 
