@@ -1,8 +1,9 @@
-"""RAM, GDRO and DiffusionNFT through the trainer: units, the lagged copy, training steps on the
+"""RAM, GDRO, DiffusionNFT and DGPO through the trainer: units, the lagged copy, training steps on the
 embedded task and on the tiny SD3 pipeline, and configuration errors."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,15 @@ ALGORITHMS = {
     "diffusion_nft": ("algorithm.name=diffusion_nft", "algorithm.noisings_per_sample=3"),
     "gdro": ("algorithm.name=gdro", "algorithm.noisings_per_sample=2", "train.minibatch_size=4"),
     "gdro_own_noise": ("algorithm.name=gdro", "algorithm.share_noise=false"),
+    "dgpo": ("algorithm.name=dgpo", "algorithm.noisings_per_sample=2", "train.minibatch_size=4"),
+    "dgpo_lagged_reference_own_noise": (
+        "algorithm.name=dgpo",
+        "algorithm.reference=lagged",
+        "algorithm.clip_range=null",
+        "algorithm.kl_beta=0",
+        "algorithm.share_noise=false",
+        "algorithm.time_sampling=uniform",
+    ),
 }
 
 
@@ -126,6 +136,23 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
     assert grads and max(float(g.abs().max()) for g in grads) < 1e-6
 
 
+def test_dgpo_starts_at_the_reference_on_the_noisiest_levels(tmp_path: Path) -> None:
+    """At iteration 0 the policy is the frozen reference and the lagged copy: every group's
+    margin is 0 (weight 1/2, DPO loss log 2), nothing is clipped, and ``t`` takes only the
+    sampler's first ``sampler_levels`` levels."""
+    config = tiny_config(tmp_path, *ALGORITHMS["dgpo"], "algorithm.sampler_levels=2")
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    levels = trainer.rollout.ode.sigmas[:2].to(units.sigma.device)
+    assert bool((units.sigma[:, None] == levels[None]).any(1).all())
+    assert len(set(units.sigma.tolist())) == 2  # both levels drawn among 8 units
+    _, metrics = trainer.objective.loss(trainer.policy, units.select(slice(0, 4)))
+    assert metrics["group_weight_mean"].item() == pytest.approx(0.5, abs=1e-6)
+    assert metrics["group_dpo_loss"].item() == pytest.approx(math.log(2), abs=1e-6)
+    assert metrics["clip_fraction"].item() == 0.0
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -141,6 +168,8 @@ def test_nft_first_minibatch_has_no_policy_gradient_at_half_optimality(tmp_path:
             "unknown config key .algorithm.sampling_ema_decay.",
         ),
         (("algorithm.name=diffusion_nft", "sampler.guidance_scale=4.5"), "without CFG"),
+        (("algorithm.name=dgpo", "train.group_size=1"), "group_size must be >= 2"),
+        (("algorithm.name=dgpo", "algorithm.clip_range=0"), "clip_range must be positive"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
@@ -148,7 +177,7 @@ def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], me
         tiny_config(tmp_path, *overrides).validate()
 
 
-@pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro"])
+@pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro", "dgpo"])
 def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
     """The diffusers adapter through the same path: LoRA, CFG in sampling only, the reference
     through the disabled adapter; two steps change the LoRA weights."""
@@ -184,7 +213,8 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "recipe", ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft"]
+    "recipe",
+    ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft", "digits_dgpo"],
 )
 def test_recipes_raise_the_heldout_reward_of_the_embedded_task(tmp_path: Path, recipe: str) -> None:
     """The shipped digits generator and classifier, 10 of the recipe's 60 iterations."""

@@ -77,6 +77,7 @@ OTHER_REPOSITORIES = {
     "scripts/train_sd3.py": "yifan123/flow_grpo",
     "scripts/train_sd3_GRPO_Guard.py": "yifan123/flow_grpo",
     "scripts/train_nft_sd3.py": "NVlabs/DiffusionNFT",
+    "scripts/train_sd3_dgpo.py": "Luo-Yihong/DGPO",
     "docs/source/grpo_trainer.md": "huggingface/trl",
 }
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)

@@ -2,6 +2,7 @@
 
 from genrl.algorithms import (
     branch_grpo,
+    dgpo,
     diffusion_nft,
     flow_grpo,
     gdro,
@@ -16,6 +17,7 @@ __all__ = [
     "Algorithm",
     "AlgorithmConfig",
     "branch_grpo",
+    "dgpo",
     "diffusion_nft",
     "flow_grpo",
     "gdro",

@@ -131,7 +131,7 @@ class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
             sigma = uniform.reshape(-1)
             eps_units = eps.reshape(n * k, 1, *event)
         if c.time_sampling == "sampler_steps":
-            levels = self.rollout.ode.sigmas[:-1].to(device)
+            levels = self.sampler_levels().to(device)
             sigma = levels[(sigma * len(levels)).long().clamp_max(len(levels) - 1)]
         else:
             sigma = sample_times(sigma, c.time_sampling, c.time_min, c.time_max)
@@ -143,6 +143,11 @@ class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
             sigma=sigma,
             advantages=batch.advantages[rows],
         )
+
+    def sampler_levels(self) -> torch.Tensor:
+        """The noise levels ``time_sampling="sampler_steps"`` draws from: every level the
+        sampler starts a step at (objectives may keep a subset)."""
+        return self.rollout.ode.sigmas[:-1]
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self.tracker is None else {"tracker": self.tracker.state_dict()}

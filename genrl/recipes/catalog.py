@@ -92,6 +92,8 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "GDRO offline: the reference model samples 160 groups once, training makes 6 passes.")),
     ("digits_diffusion_nft", _embedded("objectives", "digits_diffusion_nft",
         "DiffusionNFT on the digits task with the released code's defaults.")),
+    ("digits_dgpo", _embedded("objectives", "digits_dgpo",
+        "DGPO on the digits task: group-level DPO on ODE endpoints, released OCR settings.")),
     ("sd35m_pickscore_ram", _hub("objectives", "sd35m_pickscore_ram",
         "RAM on SD3.5-medium + PickScore with the released pickscore_sd3 settings.")),
     ("sd35m_pickscore_nft", _hub("objectives", "sd35m_pickscore_nft",
