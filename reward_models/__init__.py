@@ -7,7 +7,7 @@ import importlib
 import inspect
 from typing import Any
 
-from reward_models.base import CallableReward, RewardModel, RewardOutput
+from reward_models.base import CallableReward, RewardInputError, RewardModel, RewardOutput
 from reward_models.composite import CompositeReward, RewardError
 
 # name -> "module:Class" (imported on build) or the class itself, for rewards defined in user code.
@@ -86,6 +86,7 @@ __all__ = [
     "CallableReward",
     "CompositeReward",
     "RewardError",
+    "RewardInputError",
     "RewardModel",
     "RewardOutput",
     "build_reward",

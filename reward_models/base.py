@@ -22,6 +22,13 @@ import torch
 OUTPUT_KINDS: tuple[str, ...] = ("images", "videos", "texts")
 
 
+class RewardInputError(ValueError):
+    """What the caller sent cannot be scored by this reward: a prompt it cannot parse, an image
+    of a size or channel count it does not take. The message is one line about the input (a
+    reward server sends it to the client with a 422), never about the reward's own state; any
+    other exception a reward raises is its own fault (a server answers 500 and logs it)."""
+
+
 def output_kind(outputs: Any) -> str:
     """The ``OUTPUT_KINDS`` name of a batch of outputs: a 4-D tensor holds images, a 5-D one
     videos, a list texts."""
@@ -69,6 +76,13 @@ class RewardModel(abc.ABC):
     scored while the next ones sample (``train.overlap_rewards``). 1, the default, scores
     chunks one after the other in one background thread, which is safe for a model holding a
     device or state; a client of a remote server may allow several requests in flight."""
+    image_channels: tuple[int, ...] | None = None
+    """Channel counts of the images (or video frames) the reward scores: 1 grayscale, 3 RGB;
+    None takes either. Checked by ``__call__`` and, from the PNG headers before decoding, by a
+    reward server."""
+    image_size: tuple[int, int] | None = None
+    """(height, width) the reward scores, for rewards of one fixed input size; None: any size
+    (the reward resizes)."""
     # The primary score's [low, high] when the reward guarantees one (a probability, a
     # fraction); plots clip the mean ± std band to it. None: unbounded or unknown.
     score_range: tuple[float, float] | None = None
@@ -80,7 +94,7 @@ class RewardModel(abc.ABC):
         metadata: Sequence[dict[str, Any]] | None = None,
     ) -> RewardOutput:
         if len(prompts) != _batch_len(outputs):
-            raise ValueError(
+            raise RewardInputError(
                 f"reward {self.name!r}: {_batch_len(outputs)} outputs but {len(prompts)} prompts"
             )
         kind = output_kind(outputs)
@@ -90,9 +104,12 @@ class RewardModel(abc.ABC):
                 if kind == "videos" and "images" in self.accepts
                 else ""
             )
-            raise ValueError(
+            raise RewardInputError(
                 f"reward {self.name!r} scores {' or '.join(self.accepts)}, got {kind}{hint}"
             )
+        if kind != "texts":
+            channels, height, width = outputs.shape[-3:]
+            self.check_image(int(channels), int(height), int(width))
         result = self.score(outputs, list(prompts), list(metadata) if metadata else None)
         if self.name not in result.scores:
             raise ValueError(f"reward {self.name!r} returned no score named {self.name!r}")
@@ -104,6 +121,30 @@ class RewardModel(abc.ABC):
                     f"[{len(prompts)}] (one value per sample), got {shape}"
                 )
         return result
+
+    def check_image(self, channels: int, height: int, width: int, what: str = "") -> None:
+        """Raise ``RewardInputError`` unless the reward scores images (or frames) of this shape
+        (``image_channels``, ``image_size``); ``what`` describes them in the message (e.g. how
+        the PNG was converted)."""
+        channels_ok = self.image_channels is None or channels in self.image_channels
+        size_ok = self.image_size is None or (height, width) == tuple(self.image_size)
+        if channels_ok and size_ok:
+            return
+        allowed = self.image_channels or (1, 3)
+        names = " or ".join({1: "grayscale", 3: "RGB"}.get(c, f"{c}-channel") for c in allowed)
+        size = f"{self.image_size[0]}x{self.image_size[1]} " if self.image_size else ""
+        dims = ", ".join(str(d) for d in self.image_size) if self.image_size else "H, W"
+        shape = f"[B, {' or '.join(str(c) for c in allowed)}, {dims}]"
+        raise RewardInputError(
+            f"reward {self.name!r} scores {size}{names} images ({shape}), got {channels}-channel "
+            f"{height}x{width}{what}"
+        )
+
+    def check_prompts(self, prompts: Sequence[str], metadata: Sequence[Any] | None) -> None:
+        """Raise ``RewardInputError`` for a prompt (or metadata) this reward cannot score. Cheap
+        and without the model: a reward server calls it before decoding a request, so that a
+        bad prompt is refused alone instead of failing a merged batch. Default: all accepted."""
+        del prompts, metadata
 
     @abc.abstractmethod
     def score(

@@ -47,6 +47,7 @@ class CLIPSimilarityReward(RewardModel):
 
     name = "clip_similarity"
     accepts = ("images",)
+    image_channels = (3,)  # CLIP's processor normalises RGB
     default_model = ""
     default_processor: str | None = None
 

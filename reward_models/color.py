@@ -23,6 +23,7 @@ class TargetColorReward(RewardModel):
 
     name = "target_color"
     accepts = ("images",)
+    image_channels = (3,)  # a distance to an RGB colour
 
     def __init__(self, target: tuple[float, float, float] | list[float] = (1.0, 0.0, 0.0)) -> None:
         if len(target) != 3 or not all(0.0 <= c <= 1.0 for c in target):

@@ -9,7 +9,7 @@ import torch
 
 from loading.extras import MissingExtraError, missing_extra
 from loading.hub import ModelNotCachedError
-from reward_models.base import RewardModel, RewardOutput
+from reward_models.base import RewardInputError, RewardModel, RewardOutput
 
 
 class RewardError(RuntimeError):
@@ -87,6 +87,8 @@ class CompositeReward(RewardModel):
                 result = model(outputs, prompts, metadata)
             except (MissingExtraError, ModelNotCachedError):
                 raise  # one line already, naming the model and the way out
+            except RewardInputError as err:  # the caller's input: kept as such (a server's 422)
+                raise RewardInputError(f"reward model {model.name!r}: {err}") from err
             except ImportError as err:  # a model that loads its library on first use
                 missing = missing_extra(err, f"reward {model.name!r}", "rewards")
                 if missing is None:

@@ -51,6 +51,8 @@ class CompositionalReward(RewardModel):
 
     name = "compositional"
     accepts = ("images",)
+    image_channels = (3,)
+    image_size = (CANVAS, CANVAS)  # the task's canvas, read by a detector of that size
 
     def __init__(
         self,

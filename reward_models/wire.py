@@ -235,6 +235,12 @@ def _open_png(item: Any, index: int) -> Any:
     return picture
 
 
+def picture_shape(picture: Any) -> tuple[int, int, int]:
+    """(channels, height, width) of an opened image once decoded, read from its header."""
+    width, height = picture.size
+    return _channels(picture), height, width
+
+
 def _channels(picture: Any) -> int:
     """Channels once decoded: grayscale stays one, every other mode becomes RGB."""
     return 1 if picture.mode == "L" else 3
@@ -258,5 +264,6 @@ __all__ = [
     "open_images",
     "open_videos",
     "output_kind",
+    "picture_shape",
     "quantize",
 ]

@@ -11,7 +11,14 @@ from tiny import tiny_config
 from genrl import Trainer
 from genrl.checkpoints.checkpoint import CheckpointError
 from genrl.cli.main import main
-from reward_models import REWARDS, CompositeReward, RewardError, RewardModel, RewardOutput
+from reward_models import (
+    REWARDS,
+    CompositeReward,
+    RewardError,
+    RewardInputError,
+    RewardModel,
+    RewardOutput,
+)
 
 
 def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -91,11 +98,15 @@ def test_unparseable_prompt_and_wrong_image_shape() -> None:
     from reward_models.digits import DigitClassifierReward
 
     reward = DigitClassifierReward()
-    with pytest.raises(ValueError, match=r"expected images \[B, 1, 8, 8\]"):
+    # The caller's mistakes are RewardInputErrors (a ValueError): a reward server's 422.
+    with pytest.raises(RewardInputError) as shape:
         reward(torch.zeros(2, 3, 8, 8), ["digit 1", "digit 2"])
-    with pytest.raises(ValueError, match="prompt"):
-        reward(torch.zeros(1, 1, 8, 8), ["a cat"])
-    with pytest.raises(ValueError, match="2 outputs but 1 prompts"):
+    assert str(shape.value) == (
+        "reward 'digit_classifier' scores 8x8 grayscale images ([B, 1, 8, 8]), got 3-channel 8x8"
+    )
+    with pytest.raises(RewardInputError, match="cannot score prompt 1: prompt 'a cat' names no"):
+        reward(torch.zeros(2, 1, 8, 8), ["digit 1", "a cat"])
+    with pytest.raises(RewardInputError, match="2 outputs but 1 prompts"):
         reward(torch.zeros(2, 1, 8, 8), ["digit 1"])
 
 

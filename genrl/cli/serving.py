@@ -32,6 +32,10 @@ def add_serve_parser(sub: Any) -> None:
     serve.add_argument(
         "--max-request-mpix", type=float, default=64.0, help="decoded pixels per request (2^20)"
     )
+    serve.add_argument("--max-samples", type=int, default=512, help="outputs per request")
+    serve.add_argument(
+        "--max-prompt-kb", type=float, default=1024.0, help="UTF-8 KiB of a request's prompts"
+    )
     serve.add_argument(
         "--pixel-budget-mpix",
         type=float,
@@ -84,6 +88,8 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
             token=os.environ.get(args.token_env) or None,
             max_request_bytes=int(args.max_request_mb * 2**20),
             max_pixels=int(args.max_request_mpix * 2**20),
+            max_samples=args.max_samples,
+            max_prompt_bytes=int(args.max_prompt_kb * 2**10),
             pixel_budget=int(args.pixel_budget_mpix * 2**20),
             max_decodes=args.max_decodes,
             max_wait_s=args.max_wait,

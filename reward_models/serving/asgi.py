@@ -32,7 +32,8 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from reward_models.serving.front import listening_socket
-from reward_models.serving.requests import Job, RequestError, internal_error
+from reward_models.serving.jobs import Job, internal_error
+from reward_models.serving.requests import RequestError
 
 if TYPE_CHECKING:
     from reward_models.serving.front import ServerSide

@@ -11,7 +11,8 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from reward_models.serving.requests import Job, ScoreRequest
+    from reward_models.serving.jobs import Job
+    from reward_models.serving.requests import ScoreRequest
 
 
 class ServerSide(Protocol):

@@ -2,11 +2,16 @@
 
 Each ``Replica`` owns one reward model instance (on its own device) and one queue. Its worker
 takes the next request and merges queued requests of the same kind and image size into batches
-of up to ``max_batch_size`` samples within ``batch_wait_s``, scores each batch with one call and
-hands every request its own rows back. The HTTP front (``asgi.py``) only decodes requests and
-waits for them; ``Replicas.dispatch`` sends each request to the replica with the fewest samples
-queued or being scored, so that several replicas behind one endpoint share the load while one
-replica still merges whatever queues up behind it.
+of up to ``max_batch_size`` samples within ``batch_wait_s``, scores each batch with one call
+(``scoring.py``) and hands every request its own rows back. The HTTP front (``asgi.py``) only
+decodes requests and waits for them; ``Replicas.dispatch`` sends each request to the replica in
+rotation with the fewest samples queued or being scored, so that several replicas behind one
+endpoint share the load while one replica still merges whatever queues up behind it.
+
+Failover: a replica whose reward call raises (anything but a ``RewardInputError``, which is the
+request's fault) is taken out of rotation, unless it is the last one in rotation, and each job
+of the failed call is sent once to a replica in rotation; a job that fails a second time gets
+500. A replica out of rotation sends on what is still queued on it and scores nothing more.
 """
 
 from __future__ import annotations
@@ -19,11 +24,10 @@ from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
-import torch
-
 from reward_models.base import RewardModel
-from reward_models.serving.requests import DecodeLimits, Job, RequestError
-from reward_models.wire import VERSION, encode_scores
+from reward_models.serving.jobs import Job, one_line
+from reward_models.serving.requests import DecodeLimits, RequestError
+from reward_models.serving.scoring import score_batch
 
 logger = logging.getLogger("reward_models.serving.server")
 
@@ -38,8 +42,7 @@ class Replica:
         limits: the server-wide decoding limits; merges take their copy from its pixel budget.
         max_batch_size: samples per reward call.
         batch_wait_s: how long the worker waits for more requests to merge.
-        record: a server-wide list every replica appends its batch sizes to.
-        load_lock: the dispatcher's lock, held while ``load`` changes.
+        pool: the server's replicas, which dispatch to it and take over its failed jobs.
     """
 
     def __init__(
@@ -49,8 +52,7 @@ class Replica:
         limits: DecodeLimits,
         max_batch_size: int,
         batch_wait_s: float,
-        record: list[int],
-        load_lock: threading.Lock,
+        pool: Replicas,
     ) -> None:
         self.reward = reward
         self.index = index
@@ -60,8 +62,10 @@ class Replica:
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.load = 0  # samples dispatched here and not finished yet
         self.batch_sizes: list[int] = []  # this replica's reward calls
-        self._record = record
-        self._load_lock = load_lock
+        self.in_rotation = True  # False once taken out after a failed call
+        self.failed_calls = 0
+        self.last_error: str | None = None  # one line: the exception type and message
+        self._pool = pool
         self._worker = threading.Thread(
             target=self._score_loop, daemon=True, name=f"reward-replica-{index}"
         )
@@ -72,6 +76,15 @@ class Replica:
     def stop(self) -> None:
         self.jobs.put(None)
 
+    def health(self) -> dict[str, Any]:
+        """This replica's entry in ``GET /health``."""
+        return {
+            "replica": self.index,
+            "state": "healthy" if self.in_rotation else "out of rotation",
+            "failed_calls": self.failed_calls,
+            "last_error": self.last_error,
+        }
+
     def _score_loop(self) -> None:
         pending: list[Job] = []
         while True:
@@ -81,6 +94,8 @@ class Replica:
             if job.abandoned:  # a retry of it may already be queued
                 self._finish(job)
                 continue
+            if not self.in_rotation and self._pool.move(job, self):
+                continue  # queued here before this replica was taken out: sent on, unscored
             batch, size, merge_pixels = [job], len(job), 0
             deadline = time.monotonic() + self.batch_wait_s
             while size < self.max_batch_size:
@@ -96,7 +111,7 @@ class Replica:
                     continue
                 # A merge copies the requests' images into one tensor: that copy is taken from
                 # the pixel budget too, and without room for it they are scored one by one.
-                extra = other.pixels + (job.pixels if len(batch) == 1 else 0)
+                extra = other.decoded_pixels + (job.decoded_pixels if len(batch) == 1 else 0)
                 if (
                     other.key() == job.key()
                     and size + len(other) <= self.max_batch_size
@@ -110,10 +125,40 @@ class Replica:
             try:
                 self._score(batch)
             finally:
-                for done in batch:
-                    self._finish(done)
                 if merge_pixels:
                     self.limits.release(merge_pixels)
+
+    def _score(self, batch: list[Job]) -> None:
+        moved: list[Job] = []
+        try:
+            error = score_batch(self.reward, batch, self._record)
+            if error is not None:
+                moved = self._failed(batch, error)
+        finally:  # every job leaves this replica exactly once: finished here, or moved on
+            for job in batch:
+                if job in moved:
+                    continue
+                if job.result is None and job.refusal is None:
+                    job.failed = True
+                self._finish(job)
+                job.complete()
+
+    def _failed(self, batch: list[Job], error: Exception) -> list[Job]:
+        """Log a failed call and fail its unscored jobs over; the jobs moved elsewhere."""
+        unscored = [job for job in batch if job.result is None and job.refusal is None]
+        ids = ", ".join(job.request_id for job in unscored)
+        logger.error(
+            "reward %r (replica %d) failed on requests %s",
+            self.reward.name,
+            self.index,
+            ids,
+            exc_info=error,
+        )
+        return self._pool.fail_over(self, unscored, error)
+
+    def _record(self, size: int) -> None:
+        self.batch_sizes.append(size)
+        self._pool.batch_sizes.append(size)
 
     def _finish(self, job: Job) -> None:
         """Drop a job's outputs, give its pixels back to the budget and its samples back to
@@ -122,78 +167,12 @@ class Replica:
         pixels, job.pixels = job.pixels, 0
         if pixels:
             self.limits.release(pixels)
-        with self._load_lock:
+        with self._pool.lock:
             self.load -= len(job)
-
-    def _score(self, batch: list[Job]) -> None:
-        prompts = [p for job in batch for p in job.prompts]
-        if len(batch) == 1:
-            outputs: Any = batch[0].outputs  # a merge copies: not for one request
-        elif isinstance(batch[0].outputs, torch.Tensor):
-            outputs = torch.cat([job.outputs for job in batch])
-        else:
-            outputs = [t for job in batch for t in job.outputs]
-        for job in batch:  # the merged copy is the one to keep: halves the peak of a merge
-            job.outputs = None
-        metadata = None
-        if any(job.metadata for job in batch):
-            metadata = [m for job in batch for m in (job.metadata or [{}] * len(job))]
-        try:
-            scores, applicable = self._call(outputs, prompts, metadata)
-        except Exception:  # logged here; its clients only learn the request id
-            ids = ", ".join(job.request_id for job in batch)
-            logger.exception(
-                "reward %r (replica %d) failed on requests %s", self.reward.name, self.index, ids
-            )
-            for job in batch:
-                job.failed = True
-                job.complete()
-            return
-        start = 0
-        for job in batch:
-            rows = slice(start, start + len(job))
-            job.result = {
-                "version": VERSION,
-                "reward": self.reward.name,
-                "scores": encode_scores({k: v[rows] for k, v in scores.items()}),
-                "applicable": {k: v[rows].tolist() for k, v in applicable.items()},
-            }
-            start += len(job)
-            job.complete()
-
-    def _call(
-        self, outputs: Any, prompts: list[str], metadata: list[dict[str, Any]] | None
-    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Scores of a merged batch, in reward calls of at most ``max_batch_size`` samples."""
-        chunks = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            stop = start + self.max_batch_size
-            self.batch_sizes.append(len(prompts[start:stop]))
-            self._record.append(len(prompts[start:stop]))
-            chunks.append(
-                self.reward(
-                    outputs[start:stop],
-                    prompts[start:stop],
-                    metadata[start:stop] if metadata else None,
-                )
-            )
-        scores = {
-            k: torch.cat([c.scores[k].float().cpu() for c in chunks]) for k in chunks[0].scores
-        }
-        applicable = {
-            k: torch.cat(
-                [
-                    c.applicable.get(k, torch.ones(len(c.scores[k]), dtype=torch.bool)).cpu()
-                    for c in chunks
-                ]
-            )
-            for k in chunks[0].applicable
-        }
-        return scores, applicable
 
 
 class Replicas:
-    """The server's replicas and the least-loaded dispatch among them."""
+    """The server's replicas, the least-loaded dispatch among those in rotation, failover."""
 
     def __init__(
         self,
@@ -205,10 +184,10 @@ class Replicas:
         check_replicas(rewards)
         self.batch_sizes: list[int] = []  # every replica's reward calls, for tests and logs
         self.stopped = False
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # held while loads and the rotation change
+        self.limits = limits
         self.members = [
-            Replica(r, i, limits, max_batch_size, batch_wait_s, self.batch_sizes, self._lock)
-            for i, r in enumerate(rewards)
+            Replica(r, i, limits, max_batch_size, batch_wait_s, self) for i, r in enumerate(rewards)
         ]
 
     def __len__(self) -> int:
@@ -222,27 +201,87 @@ class Replicas:
             replica.start()
 
     def stop(self) -> None:
-        with self._lock:
+        with self.lock:
             self.stopped = True
         for replica in self.members:
             replica.stop()
 
-    def dispatch(self, job: Job) -> Replica:
-        """Queue ``job`` on the replica with the fewest samples in flight (the first of equals,
-        so that one client's sequential requests stay on one warm replica). Raises
-        ``RequestError`` 503 once the workers are stopped (the server is shutting down)."""
-        with self._lock:
-            if self.stopped:
-                self._refuse(job)
-            replica = min(self.members, key=lambda r: (r.load, r.index))
-            replica.load += len(job)
-        replica.jobs.put(job)
-        return replica
+    def health(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [replica.health() for replica in self.members]
 
-    def _refuse(self, job: Job) -> None:
-        pixels, job.pixels, job.outputs = job.pixels, 0, None
-        if pixels:
-            self.members[0].limits.release(pixels)
+    def dispatch(self, jobs: Sequence[Job]) -> None:
+        """Queue each job on the replica in rotation with the fewest samples in flight (the
+        first of equals, so that one client's sequential requests stay on one warm replica).
+        Raises ``RequestError`` 503 once the workers are stopped (the server is shutting
+        down), giving back the pixels of the jobs not queued."""
+        for index, job in enumerate(jobs):
+            with self.lock:
+                if self.stopped:
+                    self._refuse(jobs[index:])
+                replica = self._least_loaded(None)
+                assert replica is not None  # the last replica in rotation is never taken out
+                replica.load += len(job)
+            replica.jobs.put(job)
+
+    def move(self, job: Job, source: Replica) -> bool:
+        """Send a job queued on ``source`` (out of rotation) to a replica in rotation, not as
+        a retry: ``source`` never tried it. False if there is none (the server is stopping)."""
+        with self.lock:
+            target = None if self.stopped else self._least_loaded(source)
+            if target is None:
+                return False
+            source.load -= len(job)
+            target.load += len(job)
+        target.jobs.put(job)
+        return True
+
+    def fail_over(self, source: Replica, jobs: list[Job], error: Exception) -> list[Job]:
+        """After ``source``'s call raised ``error`` on ``jobs``: take ``source`` out of
+        rotation unless it is the last replica in it (a server with none would refuse every
+        request, and a lone replica keeps failing one request at a time), or unless every job
+        has failed elsewhere before (then the requests are at fault, not the replica). Each job
+        not retried yet is sent to a replica in rotation; the jobs sent are returned."""
+        line = f"{type(error).__name__}: {one_line(error)}"
+        moved: list[Job] = []
+        with self.lock:
+            source.failed_calls += 1
+            source.last_error = line
+            others = [r for r in self.members if r.in_rotation and r is not source]
+            if others and source.in_rotation and any(not job.retried for job in jobs):
+                source.in_rotation = False
+            for job in jobs:
+                target = self._least_loaded(source)
+                if self.stopped or target is None or job.retried or job.abandoned:
+                    continue
+                job.retried = True
+                source.load -= len(job)
+                target.load += len(job)
+                target.jobs.put(job)
+                moved.append(job)
+            out = not source.in_rotation
+        if out:
+            logger.warning(
+                "replica %d of reward %r is out of rotation after %s; %d request(s) retried "
+                "on the other replicas",
+                source.index,
+                source.reward.name,
+                line,
+                len(moved),
+            )
+        return moved
+
+    def _least_loaded(self, besides: Replica | None) -> Replica | None:
+        """The replica in rotation (other than ``besides``) with the fewest samples in
+        flight; None if there is none. Called with the lock held."""
+        candidates = [r for r in self.members if r.in_rotation and r is not besides]
+        return min(candidates, key=lambda r: (r.load, r.index)) if candidates else None
+
+    def _refuse(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            pixels, job.pixels, job.outputs = job.pixels, 0, None
+            if pixels:
+                self.limits.release(pixels)
         raise RequestError(
             HTTPStatus.SERVICE_UNAVAILABLE,
             "the reward server is shutting down; retry later",

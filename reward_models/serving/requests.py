@@ -1,8 +1,10 @@
 """Requests of the reward server (``server.py``): parsing, and the server-wide decoding limits.
 
 A ``POST /score`` is parsed in two steps so that nothing large is decoded before it is admitted.
-``parse_score_request`` checks the JSON, the output kind against what the reward ``accepts``, and
-opens the images from their headers only (encoding, sizes, the per-request pixel limit). Then
+``parse_score_request`` checks the JSON against the request limits (``limits.RequestLimits``),
+the output kind against what the reward ``accepts``, opens the images from their headers only
+(encoding, sizes, the per-request pixel limit) and asks the reward whether it can score them
+(``RewardModel.check_image`` on the header's shape, ``check_prompts``: a 422 if not). Then
 ``DecodeLimits.decode`` takes the request's pixels from the server's ``PixelBudget`` and one of
 its decode slots, waiting at most ``max_wait_s`` for both, before the pixels are decoded. The
 pixels stay taken until the request is scored (its float copy lives until then), and the scoring
@@ -17,13 +19,14 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
 import torch
 
+from reward_models.base import RewardInputError, RewardModel
+from reward_models.serving.limits import RequestLimits, describe_picture
 from reward_models.wire import (
     VERSION,
     UnsupportedFormat,
@@ -35,6 +38,7 @@ from reward_models.wire import (
     open_images,
     open_videos,
     output_kind,
+    picture_shape,
 )
 
 
@@ -67,27 +71,31 @@ class ScoreRequest:
         return image_pixels(self.pictures)
 
 
-def parse_score_request(
-    body: bytes, reward: str, accepts: Sequence[str], max_pixels: int
-) -> ScoreRequest:
-    """Check a request body against the wire format and what ``reward`` accepts.
+def parse_score_request(body: bytes, reward: RewardModel, limits: RequestLimits) -> ScoreRequest:
+    """Check a request body against the wire format, the limits and what ``reward`` scores.
 
-    Raises ``RequestError``: 400 for a malformed request or a kind the reward does not take,
-    415 for images in an encoding the wire format does not carry.
+    Raises ``RequestError``: 400 for a malformed request, one over a limit or of a kind the
+    reward does not take, 415 for images in an encoding the wire format does not carry, 422 for
+    prompts or image sizes the reward says it cannot score.
     """
     try:
-        return _parse(body, reward, accepts, max_pixels)
+        return _parse(body, reward, limits)
     except UnsupportedFormat as err:
         raise RequestError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, str(err)) from None
+    except RewardInputError as err:
+        raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from None
     except WireError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
 
-def _parse(body: bytes, reward: str, accepts: Sequence[str], max_pixels: int) -> ScoreRequest:
+def _parse(body: bytes, reward: RewardModel, limits: RequestLimits) -> ScoreRequest:
+    limits.check_depth(body)  # before the parser, whose recursion deep nesting would exhaust
     try:
         request = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise WireError(f"body is not JSON: {err}") from err
+    except RecursionError:  # not reached within the depth limit; kept a 400 if it were
+        raise WireError("JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise WireError("body must be a JSON object")
     if request.get("version") != VERSION:
@@ -95,6 +103,7 @@ def _parse(body: bytes, reward: str, accepts: Sequence[str], max_pixels: int) ->
     prompts = request.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise WireError('"prompts" must be a list of strings')
+    limits.check_samples(prompts)
     metadata = request.get("metadata")
     if metadata is not None and (
         not isinstance(metadata, list)
@@ -105,57 +114,24 @@ def _parse(body: bytes, reward: str, accepts: Sequence[str], max_pixels: int) ->
     payload = request.get("outputs")
     kind = output_kind(payload)
     # Before anything is decoded: a reward given the wrong kind would fail inside the model.
-    if kind not in accepts:
-        raise WireError(f"reward {reward!r} accepts {' or '.join(accepts)}, not {kind}")
+    if kind not in reward.accepts:
+        accepted = " or ".join(reward.accepts)
+        raise WireError(f"reward {reward.name!r} accepts {accepted}, not {kind}")
+    items = payload[kind] if isinstance(payload, dict) else None
+    if isinstance(items, list) and len(items) != len(prompts):  # before opening any image
+        raise WireError(f"{len(items)} outputs but {len(prompts)} prompts")
     parsed = ScoreRequest(prompts, metadata, kind)
     if kind == "texts":
         parsed.texts = decode_texts(payload)
     elif kind == "videos":
-        parsed.pictures, parsed.frames = open_videos(payload, max_pixels)
+        parsed.pictures, parsed.frames = open_videos(payload, limits.max_pixels)
     else:
-        parsed.pictures = open_images(payload, max_pixels)
-    count = len(parsed.texts) + len(parsed.pictures) // parsed.frames
-    if count != len(prompts):
-        raise WireError(f"{count} outputs but {len(prompts)} prompts")
+        parsed.pictures = open_images(payload, limits.max_pixels)
+    if parsed.pictures:  # one shape per request (open_images checks): the first tells
+        channels, height, width = picture_shape(parsed.pictures[0])
+        reward.check_image(channels, height, width, describe_picture(parsed.pictures[0], 0))
+    reward.check_prompts(prompts, metadata)
     return parsed
-
-
-@dataclass
-class Job:
-    """A request on its way to the scoring thread, and its outcome."""
-
-    request_id: str
-    prompts: list[str]
-    outputs: Any
-    metadata: list[dict[str, Any]] | None
-    pixels: int = 0  # taken from the server's pixel budget until the job is finished
-    done: threading.Event = field(default_factory=threading.Event)
-    result: dict[str, Any] | None = None
-    failed: bool = False  # the reward raised (logged under the request id)
-    abandoned: bool = False  # its client got a 504: not worth scoring any more
-    # Called from the scoring thread once the job is scored or failed: how an asyncio front
-    # learns of it without parking a thread on ``done``.
-    callbacks: list[Callable[[], None]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def complete(self) -> None:
-        """Mark the job scored (or failed) and tell whoever waits for it."""
-        self.done.set()
-        for callback in self.callbacks:
-            callback()
-
-    def key(self) -> tuple:
-        """Jobs with equal keys can share a batch (same kind, same image size)."""
-        if isinstance(self.outputs, torch.Tensor):
-            return ("videos" if self.outputs.ndim == 5 else "images", *self.outputs.shape[1:])
-        return ("texts",)
-
-
-def internal_error(request_id: str) -> str:
-    """The message of a 500: the details stay in the server log, under the request id."""
-    return f"internal error; the server log has the details under request id {request_id}"
 
 
 class PixelBudget:
@@ -241,10 +217,12 @@ class DecodeLimits:
         self.retry_after = str(max(1, math.ceil(retry_after_s)))  # whole seconds (RFC 9110)
         self._slots = threading.BoundedSemaphore(max_decodes)
 
-    def decode(self, request: ScoreRequest) -> torch.Tensor:
-        """The request's images as a float tensor. Its pixels stay taken: the caller gives
-        them back with ``release`` once the tensor is dropped. Raises ``RequestError`` (503 with
-        Retry-After when the server is full, 400 for corrupt image data)."""
+    def decode(self, request: ScoreRequest, part_size: int) -> list[torch.Tensor]:
+        """The request's images as float tensors of at most ``part_size`` outputs each (one
+        per part of the request: no copy is made to split it). Their pixels stay taken: the
+        caller gives them back with ``release`` once the tensors are dropped. Raises
+        ``RequestError`` (503 with Retry-After when the server is full, 400 for corrupt image
+        data)."""
         pixels = request.pixels
         deadline = time.monotonic() + self.max_wait_s
         if not self.pixels.acquire(pixels, self.max_wait_s):
@@ -256,8 +234,13 @@ class DecodeLimits:
             if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 raise self._busy(f"all {self.max_decodes} decode slots are in use")
             try:
-                decoded = decode_images(request.pictures)
-                return as_videos(decoded, request.frames) if request.kind == "videos" else decoded
+                step = part_size * request.frames  # pictures per part (frames of its videos)
+                parts = []
+                for start in range(0, len(request.pictures), step):
+                    decoded = decode_images(request.pictures[start : start + step])
+                    videos = request.kind == "videos"
+                    parts.append(as_videos(decoded, request.frames) if videos else decoded)
+                return parts
             finally:
                 self._slots.release()
         except WireError as err:
@@ -278,12 +261,4 @@ class DecodeLimits:
         )
 
 
-__all__ = [
-    "DecodeLimits",
-    "Job",
-    "PixelBudget",
-    "RequestError",
-    "ScoreRequest",
-    "internal_error",
-    "parse_score_request",
-]
+__all__ = ["DecodeLimits", "PixelBudget", "RequestError", "ScoreRequest", "parse_score_request"]

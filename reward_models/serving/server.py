@@ -7,11 +7,14 @@ batch with one call and hands every request its own rows back, so concurrent tra
 share forwards. Several replicas (one model instance per device) sit behind one endpoint, each
 request going to the least-loaded one. Requests are checked before they reach a model: a shared
 token (``Authorization: Bearer ...``, compared in constant time), a size limit, the wire format
-of ``reward_models/wire.py`` and the kinds of output the reward ``accepts``; images are decoded
-only within the server-wide limits of ``requests.DecodeLimits`` (503 when full). A
-request not scored within ``request_timeout_s`` gets a 504. Every reply is JSON, errors
-``{"error": ..., "request_id": ...}``; internal failures are logged under the request id and
-never sent to the client.
+of ``reward_models/wire.py``, the per-request limits of ``limits.RequestLimits`` (400) and what
+the reward scores (the kinds it ``accepts``, ``check_image`` on the PNG headers'
+shape and ``check_prompts``: 422); images are decoded only within the server-wide limits of
+``requests.DecodeLimits`` (503 when full). A request not scored within ``request_timeout_s``
+gets a 504. Every reply is JSON, errors ``{"error": ..., "request_id": ...}``; a reward's
+``RewardInputError`` is the client's 422 with its message, any other failure is logged under
+the request id and never sent to the client (500). A replica whose call fails is taken out of
+rotation and its requests are retried once on another (``replicas.py``).
 
 The HTTP front is a Starlette app on uvicorn (``asgi.py``; needs ``pip install
 'genrl[server]'``): one event loop for every connection, no thread parked per waiting request.
@@ -30,14 +33,10 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from reward_models.base import RewardModel
+from reward_models.serving.jobs import Job, internal_error, joined
+from reward_models.serving.limits import RequestLimits
 from reward_models.serving.replicas import Replicas
-from reward_models.serving.requests import (
-    DecodeLimits,
-    Job,
-    ScoreRequest,
-    internal_error,
-    parse_score_request,
-)
+from reward_models.serving.requests import DecodeLimits, ScoreRequest, parse_score_request
 from reward_models.wire import VERSION
 
 if TYPE_CHECKING:
@@ -59,12 +58,17 @@ class RewardServer:
         max_request_bytes: larger request bodies are refused with 413.
         max_pixels: the most pixels a request's images may hold together once decoded (a small
             PNG can decode to a huge image); more is refused with 400 before decoding.
+        max_samples: the most outputs in one request (400 beyond).
+        max_prompt_bytes: the most UTF-8 bytes a request's prompts may hold together (400).
+        max_json_depth: the deepest nesting of the body's arrays and objects (400 beyond,
+            checked before the body is parsed).
         pixel_budget: the most decoded pixels all requests together may hold, from decoding
             until scored (float32 RGB: 12 bytes each); at least ``max_pixels``.
         max_decodes: requests decoding images at once.
         max_wait_s: how long a request waits for room in the pixel budget and for a decode
             slot; then it gets 503 with Retry-After (the client retries).
-        max_batch_size: samples per reward call (merged requests; larger requests are split).
+        max_batch_size: samples per reward call (merged requests; larger requests are split
+            into parts of this many, scored and failed over on their own).
         batch_wait_s: how long a scoring worker waits for more requests to merge.
         request_timeout_s: a request not scored within this gets 504.
 
@@ -80,6 +84,9 @@ class RewardServer:
         token: str | None = None,
         max_request_bytes: int = 64 * 2**20,
         max_pixels: int = 64 * 2**20,
+        max_samples: int = 512,
+        max_prompt_bytes: int = 2**20,
+        max_json_depth: int = 32,
         pixel_budget: int = 128 * 2**20,
         max_decodes: int = 4,
         max_wait_s: float = 10.0,
@@ -103,6 +110,9 @@ class RewardServer:
         self.token = token
         self.max_request_bytes = max_request_bytes
         self.max_pixels = max_pixels
+        self.request_limits = RequestLimits(
+            max_pixels, max_samples, max_prompt_bytes, max_json_depth
+        )
         self.limits = DecodeLimits(pixel_budget, max_decodes, max_wait_s)
         self.max_batch_size = max_batch_size
         self.request_timeout_s = request_timeout_s
@@ -137,15 +147,19 @@ class RewardServer:
         self.replicas.stop()
 
     def describe(self) -> dict[str, Any]:
-        """What ``GET /health`` answers: the reward, the kinds it accepts, the limits."""
+        """What ``GET /health`` answers: the reward, what it scores, the limits, the replicas."""
+        channels, size = self.reward.image_channels, self.reward.image_size
         return {
             "version": VERSION,
             "reward": self.reward.name,
             "accepts": list(self.reward.accepts),
+            "image_channels": list(channels) if channels is not None else None,
+            "image_size": list(size) if size is not None else None,
             "replicas": len(self.replicas),
+            "replica_health": self.replicas.health(),
             "limits": {
                 "max_request_bytes": self.max_request_bytes,
-                "max_pixels": self.max_pixels,
+                **self.request_limits.describe(),
                 "pixel_budget": self.limits.pixels.capacity,
                 "max_batch_size": self.max_batch_size,
             },
@@ -159,32 +173,42 @@ class RewardServer:
         return hmac.compare_digest((header or "").encode(), f"Bearer {self.token}".encode())
 
     def parse(self, body: bytes) -> ScoreRequest:
-        """The checked request (raises ``RequestError``: 400, 415); images not decoded yet."""
-        return parse_score_request(body, self.reward.name, self.reward.accepts, self.max_pixels)
+        """The checked request (raises ``RequestError``: 400, 415, 422); images not decoded."""
+        return parse_score_request(body, self.reward, self.request_limits)
 
     def admit(self, request: ScoreRequest, request_id: str) -> Job:
         """The request as a job, its images decoded within the server's limits (their pixels
         now taken from the budget until the job is scored). May wait up to ``max_wait_s``;
-        raises ``RequestError`` (503 with Retry-After, 400 for corrupt PNG data)."""
+        raises ``RequestError`` (503 with Retry-After, 400 for corrupt PNG data). A request of
+        more than ``max_batch_size`` samples is one job of several parts (``jobs.joined``)."""
+        size = self.max_batch_size
         if request.kind == "texts":
-            return Job(request_id, request.prompts, request.texts, request.metadata)
-        outputs = self.limits.decode(request)
-        job = Job(request_id, request.prompts, outputs, request.metadata)
-        job.pixels = request.pixels
-        return job
+            texts = request.texts  # no texts: one empty part, scored as before
+            outputs: list[Any] = [texts[i : i + size] for i in range(0, max(1, len(texts)), size)]
+        else:
+            outputs = self.limits.decode(request, size)
+        parts = []
+        for index, part in enumerate(outputs):
+            rows = slice(index * size, (index + 1) * size)
+            metadata = request.metadata[rows] if request.metadata is not None else None
+            parts.append(Job(request_id, request.prompts[rows], part, metadata))
+            parts[-1].pixels = parts[-1].decoded_pixels  # taken from the budget by decode
+        return parts[0] if len(parts) == 1 else joined(request_id, parts)
 
     def dispatch(self, job: Job) -> None:
-        """Queue the job on the least-loaded replica (returns at once)."""
-        self.replicas.dispatch(job)
+        """Queue the job (or its parts) on the least-loaded replicas (returns at once)."""
+        self.replicas.dispatch(job.parts or [job])
 
     def outcome(self, job: Job) -> tuple[HTTPStatus, dict[str, Any]]:
         """The reply to a job once scored, failed or timed out (then marked abandoned, so that
         its worker drops it instead of scoring it for nobody)."""
         if job.result is not None:
             return HTTPStatus.OK, job.result
+        if job.refusal is not None:  # the reward cannot score what the client sent
+            return HTTPStatus.UNPROCESSABLE_ENTITY, {"error": job.refusal}
         if job.failed:
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": internal_error(job.request_id)}
-        job.abandoned = True
+        job.abandon()
         message = f"not scored within {self.request_timeout_s:g} s"
         return HTTPStatus.GATEWAY_TIMEOUT, {"error": message}
 
