@@ -11,11 +11,17 @@ from __future__ import annotations
 EXTRAS = {
     "diffusers": "diffusers",
     "open_clip": "rewards",
-    "torchvision": "rewards",
     "timm": "rewards",
 }
 # transformers comes with both extras: adapters need it with diffusers, rewards with the rest.
 SHARED = {"transformers"}
+# Libraries of the base install that an install can still lack: torch installed on its own
+# from another index (PyTorch's CPU wheels) without its torchvision, or genrl installed with
+# --no-deps. No extra brings them back; the package itself does.
+BASE = {
+    "torchvision": "pip install torchvision (the release paired with your torch; "
+    "constraints.txt pins torch 2.14.1 with torchvision 0.29.1)",
+}
 
 
 class MissingExtraError(ImportError):
@@ -23,8 +29,8 @@ class MissingExtraError(ImportError):
 
 
 def missing_extra(err: ImportError, what: str, extra: str) -> MissingExtraError | None:
-    """``MissingExtraError`` for an ``ImportError`` of one of genrl's optional libraries (None
-    for any other import error).
+    """``MissingExtraError`` for an ``ImportError`` of one of genrl's optional libraries, or of
+    a base library the install lacks (None for any other import error).
 
     Args:
         err: the import error, as raised while building ``what``.
@@ -33,6 +39,12 @@ def missing_extra(err: ImportError, what: str, extra: str) -> MissingExtraError 
             adapters, ``rewards`` for reward models).
     """
     module = (err.name or "").partition(".")[0]
+    if module in BASE:
+        return MissingExtraError(
+            f"{what} needs {module!r}, which is not installed (genrl depends on it): "
+            f"{BASE[module]}",
+            name=module,
+        )
     if module in SHARED:
         name = extra
     elif module in EXTRAS:

@@ -11,6 +11,7 @@ are spelled in the errors (``CheckpointHints``).
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -95,13 +96,30 @@ def load_vision_language_model(
     weights = torch_dtype(dtype)
 
     def read(remote: dict[str, Any]) -> tuple[Any, Any]:
-        processor = AutoProcessor.from_pretrained(pretrained, **remote)
+        try:
+            processor = AutoProcessor.from_pretrained(pretrained, **remote)
+        except ImportError as err:
+            raise _named_backend(err) from err
         model = AutoModelForImageTextToText.from_pretrained(pretrained, dtype=weights, **remote)
         return model, processor
 
     model, processor = _reading(pretrained, trust_remote_code, hints, what, read)
     processor.tokenizer.padding_side = "left"  # as for a causal LM: the answer follows the end
     return model, processor
+
+
+def _named_backend(err: ImportError) -> ImportError:
+    """``err`` with the missing library's name, so that the builders' ``missing_extra`` can say
+    in one line what to install. transformers refuses a processor whose backend is missing
+    with an unnamed ``ImportError`` ("Qwen2VLVideoProcessor requires the Torchvision
+    library"): Qwen2-VL's processor (the embedded VLM's included) builds a video processor,
+    and every transformers video processor runs on torchvision."""
+    if err.name is not None or "torchvision" not in str(err).lower():
+        return err
+    if importlib.util.find_spec("torchvision") is not None:
+        return err
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    return ModuleNotFoundError(first_line, name="torchvision")
 
 
 def load_masked_lm(

@@ -86,6 +86,11 @@ class RewardModel(abc.ABC):
     # The primary score's [low, high] when the reward guarantees one (a probability, a
     # fraction); plots clip the mean ± std band to it. None: unbounded or unknown.
     score_range: tuple[float, float] | None = None
+    headline: str | None = None
+    """The score (a key of ``score``'s output besides the primary one) in which the task's
+    results are stated, e.g. Countdown's ``accuracy``, when it is not the primary score (which
+    training maximises, and may shape with partial credit). A run's closing line and
+    ``report.html`` show it next to the reward; None: the primary score is the headline."""
 
     def __call__(
         self,

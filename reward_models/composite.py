@@ -71,6 +71,9 @@ class CompositeReward(RewardModel):
         if len(self.rewards) == 1 and only.score_range is not None:
             ends = (weight * only.score_range[0], weight * only.score_range[1])
             self.score_range = (min(ends), max(ends))
+        # Each member's headline score (``RewardModel.headline``) under the composite's name
+        # for it, e.g. ``countdown/accuracy``: what a run's closing line quotes.
+        self.headlines = [f"{r.name}/{r.headline}" for r, _ in self.rewards if r.headline]
         # Every member scores the same outputs: the composite takes what all of them take.
         self.accepts = tuple(
             kind for kind in rewards[0][0].accepts if all(kind in r.accepts for r, _ in rewards)

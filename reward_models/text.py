@@ -14,6 +14,7 @@ class CountdownReward(RewardModel):
     well-formed wrong one, 0 otherwise (``tasks.countdown``); also logs ``accuracy``."""
 
     name = "countdown"
+    headline = "accuracy"  # what the docs quote; the reward gives partial credit
     accepts = ("texts",)
     score_range = (0.0, 1.0)
 
@@ -83,6 +84,7 @@ class SudokuReward(RewardModel):
     """
 
     name = "sudoku"
+    headline = "solved"  # what the docs quote; the reward gives partial credit
     accepts = ("texts",)
 
     def __init__(self, solved_bonus: float = 0.0) -> None:
@@ -113,6 +115,7 @@ class ShapesVQAReward(RewardModel):
     accuracy on them is then the held-out set's share of that answer, not what it sees."""
 
     name = "shapes_vqa"
+    headline = "accuracy"  # what the docs quote; the reward gives partial credit
     accepts = ("texts",)
     score_range = (0.0, 1.0)
 

@@ -4,20 +4,21 @@ inside the reward's range, and text runs' legends do not speak of ODEs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from PIL import Image
 
 from genrl.recipes import get_recipe
-from genrl.reporting.pictures import (
+from genrl.reporting.curves import (
     band,
+    curve_figure,
     curve_labels,
     curve_points,
-    font,
-    save_sample_grid,
-    wrap_label,
+    score_curves_figure,
 )
+from genrl.reporting.pictures import font, save_sample_grid, wrap_label
 from reward_models import CompositeReward
 from reward_models.digits import DigitClassifierReward
 from reward_models.text import CountdownReward, SudokuReward
@@ -63,6 +64,9 @@ def test_legends_name_how_samples_were_made() -> None:
     assert dllm_eval == "held-out reward (temperature 1, fixed seeds)"
     flow_eval = curve_labels(get_recipe("digits_flow_grpo"))[1]
     assert flow_eval == "held-out reward (10-step ODE, fixed seeds)"
+    # A run without a held-out set evaluates its training prompts, and says so.
+    on_training = curve_labels(get_recipe("llm_countdown_grpo"), on_training_prompts=True)[1]
+    assert on_training == "reward on the training prompts (greedy)"
 
 
 def test_labels_keep_their_spaces() -> None:
@@ -88,3 +92,48 @@ def test_grid_has_a_title_and_a_row_per_prompt(tmp_path: Path) -> None:
         # The title band holds dark text pixels; the plain grid's top rows are white.
         assert b.convert("L").crop((0, 0, 100, 16)).getextrema()[0] < 128
         assert a.convert("L").crop((0, 0, 200, 4)).getextrema()[0] == 255
+
+
+def _rendered(figure: Any) -> tuple[Any, Any]:
+    """(the axes' box, the legend's box) in pixels, once drawn."""
+    figure.canvas.draw()
+    (ax,) = figure.axes
+    (legend,) = figure.legends
+    return ax.get_window_extent(), legend.get_window_extent()
+
+
+# Two iterations whose curves fill the plot from bottom to top, as the VLM's and the video
+# task's did: no corner inside the axes is free for a legend.
+FULL = [
+    {"iteration": 1, "r/mean": 0.05, "r/std": 0.9, "eval/r": 0.95, "r/part/mean": 0.9},
+    {"iteration": 2, "r/mean": 0.95, "r/std": 0.9, "eval/r": 0.05, "r/part/mean": 0.1},
+]
+
+
+def test_legends_sit_outside_the_axes_and_ticks_are_whole_iterations() -> None:
+    import matplotlib.pyplot as plt
+
+    curve = curve_figure(FULL, "r", "t", train_label="a", eval_label="b", score_range=(0, 1))
+    parts = score_curves_figure(FULL, ["r", "r/part"], "t")
+    for figure in (curve, parts):
+        ax_box, legend_box = _rendered(figure)
+        assert not ax_box.overlaps(legend_box)
+        assert legend_box.y1 <= ax_box.y0  # below the axes
+        (ax,) = figure.axes
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(t == int(t) for t in ticks), ticks
+        plt.close(figure)
+
+
+def test_a_score_never_logged_gets_no_line_and_no_legend_entry() -> None:
+    import matplotlib.pyplot as plt
+
+    rows = [{"iteration": 1, "a/mean": 0.5, "b/mean": float("nan")}, {"iteration": 2}]
+    figure = score_curves_figure(rows, ["a", "b", "c"], "t")
+    (legend,) = figure.legends
+    assert [text.get_text() for text in legend.get_texts()] == ["a"]
+    (line,) = figure.axes[0].get_lines()
+    assert line.get_marker() == "o"  # one point: a dot, not an invisible line
+    plt.close(figure)
+    assert score_curves_figure(rows, ["b", "c"], "t") is None

@@ -42,8 +42,12 @@ def test_report_is_self_contained(run: Path) -> None:
         assert f'<section id="{name}">' in page
     sources = re.findall(r'(?:src|href)="([^"]*)"', page)
     assert sources and all(s.startswith("data:image/") for s in sources)
-    # 4 sample grids + curves of the total reward, the classifier and its accuracy.
-    assert len(sources) == 4 + 3
+    # 4 sample grids + curves of the total reward and the classifier's accuracy: the
+    # classifier's own score is the total (its only member), so no second curve repeats it.
+    assert len(sources) == 4 + 2
+    curves = page[page.index('<section id="curves">') : page.index('<section id="samples">')]
+    captions = re.findall(r"<figcaption>([^<]*)</figcaption>", curves)
+    assert captions == ["reward", "digit_classifier/accuracy"]
     summary = json.loads((run / "summary.json").read_text())
     for prompt in summary["heldout_per_prompt_after"]:
         assert f"<td>{prompt}</td>" in page
@@ -63,7 +67,7 @@ def test_report_renders_in_headless_chromium(run: Path, tmp_path: Path) -> None:
     dom = done.stdout
     for name in SECTIONS:
         assert re.search(rf'<section id="{name}"', dom), name
-    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', dom)) == 7
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', dom)) == 6
     assert "digits_flow_grpo: flow_grpo" in dom
 
 

@@ -32,6 +32,7 @@ RUN_FILES = (
     "samples_before_after.gif",
     "samples_before.md",
     "samples_after.md",
+    "per_prompt.txt",
     "report.html",
 )
 RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "samples", "wandb", "trackio")

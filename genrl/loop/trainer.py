@@ -351,7 +351,8 @@ class Trainer:
             before = self.evaluate()
             self.eval_history["before"] = _eval_record(before)
             if report is not None and writer is not None:
-                title = f"before training: held-out {self.reward.name} {before.reward:.3f}"
+                title = f"before training: {report.evaluated(self.reward.name)} "
+                title += f"{before.reward:.3f}"
                 report.samples(before, "samples_before", writer, title=title)
                 report.evaluation(before, self.iteration, writer)
                 writer.write(0, _eval_metrics(before))

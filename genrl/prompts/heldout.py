@@ -37,6 +37,19 @@ def run_protocol(trainer: Any) -> str:
     )
 
 
+def evaluates_training_prompts(train: list[str], evaluation: list[str]) -> bool:
+    """Whether every evaluation prompt is also a training prompt (``prompt_key``): a prompt
+    file or in-memory dataset without a held-out set, evaluated on what it trains on."""
+    return shared_prompts(train, evaluation) == len(evaluation)
+
+
+def evaluated(name: str, on_training_prompts: bool) -> str:
+    """How reports name an evaluation's ``name`` (a reward, a score): "held-out countdown", or
+    "countdown on the training prompts" when there is no held-out set, so that a number
+    measured on the training prompts is never called held-out."""
+    return f"{name} on the training prompts" if on_training_prompts else f"held-out {name}"
+
+
 def prompt_key(prompt: str) -> Hashable:
     """What makes two prompts the same prompt: the text and every dataset column (an image by
     its pixels, a path by its name); the row number is left out, since two datasets number
@@ -67,4 +80,11 @@ def _frozen(value: Any) -> Hashable:
     return repr(value)
 
 
-__all__ = ["heldout_protocol", "prompt_key", "run_protocol", "shared_prompts"]
+__all__ = [
+    "evaluated",
+    "evaluates_training_prompts",
+    "heldout_protocol",
+    "prompt_key",
+    "run_protocol",
+    "shared_prompts",
+]

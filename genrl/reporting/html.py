@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genrl.prompts.heldout import evaluated
+
 SECTIONS = ("summary", "curves", "samples", "per-prompt", "config")
 SAMPLES_DIR = "samples"  # <run>/samples/iter_<iteration>.png|.gif|.json, one per evaluation
 _ITERATION = re.compile(r"iter_(\d+)\.(png|gif|json)$")
@@ -43,6 +45,8 @@ class ReportInputs:
         config: the resolved config (``config.json``).
         curves: (score name, PNG bytes) per drawn curve, the total reward first.
         reward_name: the primary reward's name, for the per-prompt table's heading.
+        repeats: scores left out of the summary table because they repeat the reward (a lone
+            member's primary score, ``report.reward_parts``).
     """
 
     title: str
@@ -50,6 +54,7 @@ class ReportInputs:
     config: dict[str, Any]
     curves: list[tuple[str, bytes]] = field(default_factory=list)
     reward_name: str = "reward"
+    repeats: list[str] = field(default_factory=list)
 
 
 def data_uri(data: bytes, mime: str) -> str:
@@ -82,9 +87,9 @@ def write_report(run_dir: Path, inputs: ReportInputs, rows: list[dict[str, Any]]
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(inputs.title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(inputs.title)}</h1>",
-        _summary_section(inputs.summary, inputs.reward_name),
+        _summary_section(inputs.summary, {inputs.reward_name, *inputs.repeats}),
         _curves_section(inputs.curves),
-        _samples_section(run_dir, rows),
+        _samples_section(run_dir, rows, _on_training_prompts(inputs.summary)),
         _per_prompt_section(inputs.summary, inputs.reward_name),
         _config_section(inputs.config),
         "</body></html>",
@@ -104,26 +109,44 @@ def _number(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _summary_section(summary: dict[str, Any], reward_name: str) -> str:
+def _on_training_prompts(summary: dict[str, Any]) -> bool:
+    """Whether the run evaluated on its training prompts (no held-out set; ``evaluated_on``)."""
+    return summary.get("evaluated_on") == "training prompts"
+
+
+def _change(before: float, after: float) -> str:
+    change = after - before
+    css = "up" if change > 0 else "down" if change < 0 else ""
+    return f'{before:.4f} &rarr; {after:.4f} (<span class="{css}">{change:+.4f}</span>)'
+
+
+def _summary_section(summary: dict[str, Any], shown_above: set[str]) -> str:
     before, after = summary.get("heldout_reward_before"), summary.get("heldout_reward_after")
+    on_training = _on_training_prompts(summary)
     keys = ("recipe", "algorithm", "iterations", "optimizer_steps", "samples_seen",
             "heldout_samples", "num_processes", "wall_seconds")  # fmt: skip
     rows = [f"<tr><th>{k}</th><td>{_number(summary[k])}</td></tr>" for k in keys if k in summary]
-    if before is not None and after is not None:
-        change = after - before
-        css = "up" if change > 0 else "down" if change < 0 else ""
-        rows.insert(
-            0,
-            f"<tr><th>held-out reward</th><td>{before:.4f} &rarr; {after:.4f} "
-            f'(<span class="{css}">{change:+.4f}</span>)</td></tr>',
-        )
+    scores_before = summary.get("heldout_scores_before") or {}
     scores = summary.get("heldout_scores_after") or {}
+    # The task's headline scores first, then the reward, then every other score.
+    headlines = [n for n in summary.get("headline_scores", []) if n in scores]
+    top = [
+        f"<tr><th>{html.escape(evaluated(n, on_training))}</th>"
+        f"<td>{_change(scores_before[n], scores[n])}</td></tr>"
+        for n in headlines
+        if n in scores_before
+    ]
+    if before is not None and after is not None:
+        label = html.escape(evaluated("reward", on_training))
+        top.append(f"<tr><th>{label}</th><td>{_change(before, after)}</td></tr>")
+    rows = top + rows
     for name, value in scores.items():
-        if name == reward_name:  # the held-out reward's row above
+        if name in shown_above or name in headlines:  # the rows above
             continue
-        old = (summary.get("heldout_scores_before") or {}).get(name)
+        old = scores_before.get(name)
         shown = f"{old:.4f} &rarr; {value:.4f}" if old is not None else f"{value:.4f}"
-        rows.append(f"<tr><th>held-out {html.escape(name)}</th><td>{shown}</td></tr>")
+        label = html.escape(evaluated(name, on_training))
+        rows.append(f"<tr><th>{label}</th><td>{shown}</td></tr>")
     return _section("summary", "Summary", f"<table>{''.join(rows)}</table>{_protocol(summary)}")
 
 
@@ -152,13 +175,14 @@ def _held_out_by_iteration(rows: list[dict[str, Any]]) -> dict[int, float]:
     return {r["iteration"]: r["eval/reward"] for r in rows if r.get("eval/reward") is not None}
 
 
-def _samples_section(run_dir: Path, rows: list[dict[str, Any]]) -> str:
+def _samples_section(run_dir: Path, rows: list[dict[str, Any]], on_training: bool) -> str:
     held_out = _held_out_by_iteration(rows)
+    label = evaluated("reward", on_training)
     blocks = []
     for iteration, path in evaluation_files(run_dir):
         reward = held_out.get(iteration)
         caption = f"iteration {iteration}" + (
-            f": held-out reward {reward:.4f}" if reward is not None else ""
+            f": {label} {reward:.4f}" if reward is not None else ""
         )
         if path.suffix == ".json":
             blocks.append(f"<h3>{html.escape(caption)}</h3>{_text_table(path)}")
@@ -170,7 +194,8 @@ def _samples_section(run_dir: Path, rows: list[dict[str, Any]]) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
     body = "".join(blocks) or "<p>No evaluation was saved.</p>"
-    note = "<p>Held-out samples (fixed prompts and seeds) at every evaluation.</p>"
+    which = "Samples of the training prompts" if on_training else "Held-out samples"
+    note = f"<p>{which} (fixed prompts and seeds) at every evaluation.</p>"
     return _section("samples", "Samples over training", note + body)
 
 
@@ -204,7 +229,8 @@ def _per_prompt_section(summary: dict[str, Any], reward_name: str) -> str:
         "<th>change</th></tr>"
     )
     body = f"<table>{head}{''.join(lines)}</table>" if lines else "<p>No held-out prompts.</p>"
-    return _section("per-prompt", "Per prompt (held-out mean)", _protocol(summary) + body)
+    heading = "Per prompt (" + evaluated("mean", _on_training_prompts(summary)) + ")"
+    return _section("per-prompt", heading, _protocol(summary) + body)
 
 
 def _config_section(config: dict[str, Any]) -> str:

@@ -11,18 +11,12 @@ from typing import Any
 import torch
 
 from genrl.data.fileio import check_output_directory, naming_full_disk
-from genrl.prompts.heldout import run_protocol
+from genrl.prompts.heldout import evaluated, evaluates_training_prompts, run_protocol
+from genrl.reporting.curves import curve_labels, draw_curve, save_score_curves
 from genrl.reporting.evaluation import EvalResult
 from genrl.reporting.html import SAMPLES_DIR, ReportInputs, write_report
 from genrl.reporting.metrics import MetricsWriter, read_metrics
-from genrl.reporting.pictures import (
-    curve_labels,
-    draw_curve,
-    save_sample_grid,
-    save_score_curves,
-    save_side_by_side,
-    save_video_samples,
-)
+from genrl.reporting.pictures import save_sample_grid, save_side_by_side, save_video_samples
 from tasks.prompt import prompt_columns, prompt_id
 
 
@@ -32,6 +26,15 @@ class RunReport:
     def __init__(self, trainer: Any, run_dir: Path) -> None:
         self.trainer = trainer
         self.run_dir = run_dir
+        # Without a held-out set (a prompt file, an in-memory dataset) the evaluation runs on
+        # the training prompts, and every label says so instead of "held-out".
+        source = trainer.prompts
+        self.on_training_prompts = evaluates_training_prompts(source.train, source.eval)
+
+    def evaluated(self, name: str) -> str:
+        """``name`` as this run's evaluation measured it: "held-out NAME" or "NAME on the
+        training prompts" (``genrl/prompts/heldout.py``)."""
+        return evaluated(name, self.on_training_prompts)
 
     def start(self, resumed: bool) -> None:
         check_output_directory(self.run_dir, "the run directory")
@@ -85,9 +88,8 @@ class RunReport:
         stem = f"{SAMPLES_DIR}/iter_{iteration:06d}"
         (self.run_dir / SAMPLES_DIR).mkdir(parents=True, exist_ok=True)
         if isinstance(result.outputs, torch.Tensor):
-            title = (
-                f"iteration {iteration}: held-out {self.trainer.reward.name} {result.reward:.3f}"
-            )
+            title = f"iteration {iteration}: {self.evaluated(self.trainer.reward.name)} "
+            title += f"{result.reward:.3f}"
             self.samples(result, stem, writer, iteration, title=title, tag=EVAL_TAG)
             return
         rows = [
@@ -102,7 +104,8 @@ class RunReport:
         self, after: EvalResult, wall_seconds: float, writer: MetricsWriter | None = None
     ) -> dict[str, Any]:
         t = self.trainer
-        title = f"after {t.iteration} iterations: held-out {t.reward.name} {after.reward:.3f}"
+        title = f"after {t.iteration} iterations: {self.evaluated(t.reward.name)} "
+        title += f"{after.reward:.3f}"
         self.samples(after, "samples_after", writer, t.iteration, title=title)
         self.evaluation(after, t.iteration, writer)
         titles = ("before", "after")  # each grid's own title gives its held-out reward
@@ -117,7 +120,9 @@ class RunReport:
         rows = read_metrics(self.run_dir / "metrics.jsonl")
         title = f"{t.config.recipe}: {t.config.algorithm.name}"
         # The parts of the reward (a rubric's criteria, a composite's terms), one curve each.
-        parts = [name for name in after.scores if name != t.reward.name]
+        parts = reward_parts(t.reward, list(after.scores))
+        # The scores the task's results are stated in (``RewardModel.headline``).
+        headlines = [n for n in getattr(t.reward, "headlines", []) if n in after.scores]
         save_score_curves(rows, parts, self.run_dir / "score_curves.png", title)
         curves = self._curves(rows, [t.reward.name, *parts][:MAX_CURVES], title)
         summary = {
@@ -128,6 +133,10 @@ class RunReport:
             "heldout_reward_gain": after.reward - before["reward"],
             "heldout_samples": len(after.prompts),
             "heldout_protocol": run_protocol(t),
+            # "held-out prompts", or "training prompts" when there is no held-out set (the
+            # heldout_* numbers were then measured on the training prompts).
+            "evaluated_on": "training prompts" if self.on_training_prompts else "held-out prompts",
+            "headline_scores": headlines,
             "heldout_scores_before": before["scores"],
             "heldout_scores_after": after.scores,
             "heldout_per_prompt_before": before["per_prompt"],
@@ -140,17 +149,26 @@ class RunReport:
         }
         with naming_full_disk(self.run_dir / "summary.json"):
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        inputs = ReportInputs(title, summary, t.config.to_dict(), curves, t.reward.name)
+        repeats = [n for n in after.scores if n not in parts and n != t.reward.name]
+        inputs = ReportInputs(title, summary, t.config.to_dict(), curves, t.reward.name, repeats)
         with naming_full_disk(self.run_dir / "report.html"):
             write_report(self.run_dir, inputs, rows)
-        print(before_after_table(before["per_prompt"], after.per_prompt, t.reward.name), flush=True)
-        print(summary["heldout_protocol"], flush=True)
+        whole = self.run_dir / PER_PROMPT_FILE
+        with naming_full_disk(whole):
+            table = before_after_table(before["per_prompt"], after.per_prompt, t.reward.name)
+            whole.write_text(table + "\n", encoding="utf-8")
         print(
-            f"held-out {t.reward.name}: {before['reward']:.3f} -> {after.reward:.3f} "
-            f"({after.reward - before['reward']:+.3f}) on {len(after.prompts)} samples; "
-            f"{wall_seconds:.0f} s; outputs in {self.run_dir}",
+            printed_table(before["per_prompt"], after.per_prompt, t.reward.name, whole),
             flush=True,
         )
+        print(summary["heldout_protocol"], flush=True)
+        changes = [
+            (self.evaluated(name), before["scores"][name], after.scores[name])
+            for name in headlines
+            if name in before["scores"]
+        ]
+        changes.append((self.evaluated(t.reward.name), before["reward"], after.reward))
+        print(closing_line(changes, len(after.prompts), wall_seconds, self.run_dir), flush=True)
         return summary
 
     def _curves(self, rows: list[dict[str, Any]], names: list[str], title: str) -> list:
@@ -160,7 +178,7 @@ class RunReport:
         ranges = {reward.name: getattr(reward, "score_range", None)}
         for member, _ in getattr(reward, "rewards", []):
             ranges[member.name] = member.score_range
-        train_label, eval_label = curve_labels(self.trainer.config)
+        train_label, eval_label = curve_labels(self.trainer.config, self.on_training_prompts)
         curves = []
         for name in names:
             path = self.run_dir / "reward_curve.png" if name == reward.name else None
@@ -179,6 +197,8 @@ class RunReport:
 
 
 TEXT_ROWS = 12  # a text evaluation's rows kept for report.html
+PRINTED_PROMPTS = 10  # per-prompt rows printed at the end of a run; PER_PROMPT_FILE has them all
+PER_PROMPT_FILE = "per_prompt.txt"
 EVAL_TAG = "samples/eval"  # the trackers' tag of every evaluation's grid, stepped by iteration
 MAX_CURVES = 12  # curves in report.html: the total reward and its first parts
 
@@ -224,11 +244,58 @@ def _save_prompt_images(prompt: str, table: Path, index: int) -> str:
     return " ".join(links)
 
 
-def before_after_table(before: dict[str, float], after: dict[str, float], name: str) -> str:
-    width = max(len("prompt"), *(len(p) for p in before))
+def reward_parts(reward: Any, names: list[str]) -> list[str]:
+    """The score names of ``names`` drawn as the reward's parts, besides the total: a lone
+    member's primary score is left out, since the total is that score times its weight (its
+    curve drew the total's twice in report.html)."""
+    members = getattr(reward, "rewards", [])
+    alone = {members[0][0].name} if len(members) == 1 else set()
+    return [name for name in names if name != reward.name and name not in alone]
+
+
+def closing_line(
+    changes: list[tuple[str, float, float]], samples: int, wall_seconds: float, run_dir: Path
+) -> str:
+    """The last line of a run: ``(label, before, after)`` per number (the task's headline
+    scores first, then the reward), the samples, the time and where the outputs are."""
+    shown = "; ".join(f"{label}: {b:.3f} -> {a:.3f} ({a - b:+.3f})" for label, b, a in changes)
+    return f"{shown} on {samples} samples; {wall_seconds:.0f} s; outputs in {run_dir}"
+
+
+def printed_table(
+    before: dict[str, float],
+    after: dict[str, float],
+    name: str,
+    whole: Path,
+    limit: int = PRINTED_PROMPTS,
+) -> str:
+    """The before/after table as printed: every prompt up to ``limit`` of them; beyond, the
+    ``limit // 2`` largest rises and the ``limit - limit // 2`` largest falls (the mean row
+    still over every prompt), under a line naming ``whole``, the file with every prompt. The
+    VLM task's 1,000 rows scrolled the closing lines away."""
+    if len(before) <= limit:
+        return before_after_table(before, after, name)
+    by_change = sorted(before, key=lambda p: after.get(p, float("nan")) - before[p], reverse=True)
+    rises = limit // 2
+    shown = by_change[:rises] + by_change[len(by_change) - (limit - rises) :]
+    note = (
+        f"{limit} of {len(before)} prompts (the {rises} largest rises, the {limit - rises} "
+        f"largest falls); every prompt: {whole}"
+    )
+    return note + "\n" + before_after_table(before, after, name, rows=shown)
+
+
+def before_after_table(
+    before: dict[str, float], after: dict[str, float], name: str, rows: list[str] | None = None
+) -> str:
+    """Each prompt's mean reward before and after training, and its change; ``rows`` picks
+    the prompts shown (default: all), the last line is the mean over every prompt."""
+    shown = list(before) if rows is None else rows
+    width = max(len("prompt"), *(len(p) for p in shown))
     lines = [f"{'prompt':<{width}}  {'before':>7}  {'after':>7}  {'change':>7}"]
     lines.append("-" * len(lines[0]))
-    for prompt, b in before.items():
+    for prompt in shown:
+        b = before[prompt]
         a = after.get(prompt, float("nan"))
         lines.append(f"{prompt:<{width}}  {b:7.3f}  {a:7.3f}  {a - b:+7.3f}")
     mean_b = sum(before.values()) / len(before)
