@@ -249,7 +249,14 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe",
-    ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft", "digits_dgpo"],
+    [
+        "digits_ram",
+        "digits_gdro",
+        "digits_gdro_offline",
+        "digits_diffusion_nft",
+        "digits_dgpo",
+        "digits_awm",
+    ],
 )
 def test_recipes_raise_the_heldout_reward_of_the_embedded_task(tmp_path: Path, recipe: str) -> None:
     """The shipped digits generator and classifier, 10 of the recipe's 60 iterations."""
