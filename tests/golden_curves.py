@@ -27,6 +27,7 @@ RECIPES: dict[str, bool] = {
     "digits_gdro_offline": True,
     "digits_diffusion_nft": True,
     "digits_dgpo": True,
+    "digits_awm": True,
     "video_digits_flow_grpo": True,
     "video_digits_diffusion_nft": True,
     "llm_countdown_grpo": False,

@@ -32,6 +32,14 @@ ALGORITHMS = {
         "algorithm.share_noise=false",
         "algorithm.time_sampling=uniform",
     ),
+    "awm": ("algorithm.name=awm", "algorithm.noisings_per_sample=3"),
+    "awm_t_weighted_logit_normal_no_kl": (
+        "algorithm.name=awm",
+        "algorithm.weighting=t",
+        "algorithm.time_sampling=logit_normal",
+        "algorithm.beta=0",
+        "algorithm.lagged_beta=0",
+    ),
 }
 
 
@@ -153,6 +161,31 @@ def test_dgpo_starts_at_the_reference_on_the_noisiest_levels(tmp_path: Path) -> 
     assert metrics["clip_fraction"].item() == 0.0
 
 
+def test_awm_levels_are_stratified_and_the_current_weights_sample(tmp_path: Path) -> None:
+    """With 4 steps and fraction 0.9 the released strata are ``linspace(1, 3, 4)`` truncated,
+    ``1, 1, 2, 3``: the 3 noisings of every sample sit at levels 1, 1 and 2, each with its own
+    ``eps``. At iteration 0 the policy, the frozen model and the lagged copy agree (both KLs
+    0). The endpoints come from the current weights, whatever the lagged copy holds."""
+    trainer = Trainer(tiny_config(tmp_path, *ALGORITHMS["awm"]), run_dir=tmp_path / "run")
+    batch = trainer.collect()
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    sigmas = trainer.rollout.ode.sigmas.to(units.sigma.device)
+    assert units.clean.shape[:2] == (48, 1)  # 16 samples x 3 noisings
+    assert torch.equal(units.sigma.view(16, 3), sigmas[[1, 1, 2]].expand(16, 3))
+    assert not torch.equal(units.noise[0], units.noise[1])
+    assert units.advantages.abs().max() <= 1.0  # clipped to 5, scaled by 1 / 5
+    _, metrics = trainer.objective.loss(trainer.policy, units.select(slice(0, 6)))
+    assert metrics["kl"].item() == 0.0 and metrics["lagged_kl"].item() == 0.0
+    rollout, r = trainer.rollout, batch.rollout
+    for shadow in rollout.lagged.shadow.values():
+        shadow.add_(1.0)
+    again = rollout.collect(trainer.policy, r.prompts, r.group_ids, batch.noise)
+    assert torch.equal(again.samples, r.samples)
+    rollout.sample_with_lagged = True  # as RAM / DGPO / DiffusionNFT: now the copy samples
+    moved = rollout.collect(trainer.policy, r.prompts, r.group_ids, batch.noise)
+    assert not torch.equal(moved.samples, r.samples)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -170,6 +203,8 @@ def test_dgpo_starts_at_the_reference_on_the_noisiest_levels(tmp_path: Path) -> 
         (("algorithm.name=diffusion_nft", "sampler.guidance_scale=4.5"), "without CFG"),
         (("algorithm.name=dgpo", "train.group_size=1"), "group_size must be >= 2"),
         (("algorithm.name=dgpo", "algorithm.clip_range=0"), "clip_range must be positive"),
+        (("algorithm.name=awm", "algorithm.ghuber_power=0"), "ghuber_power must be positive"),
+        (("algorithm.name=awm", "algorithm.level_fraction=0"), "level_fraction"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], message: str) -> None:
@@ -177,7 +212,7 @@ def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], me
         tiny_config(tmp_path, *overrides).validate()
 
 
-@pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro", "dgpo"])
+@pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro", "dgpo", "awm"])
 def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
     """The diffusers adapter through the same path: LoRA, CFG in sampling only, the reference
     through the disabled adapter; two steps change the LoRA weights."""
@@ -214,7 +249,14 @@ def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe",
-    ["digits_ram", "digits_gdro", "digits_gdro_offline", "digits_diffusion_nft", "digits_dgpo"],
+    [
+        "digits_ram",
+        "digits_gdro",
+        "digits_gdro_offline",
+        "digits_diffusion_nft",
+        "digits_dgpo",
+        "digits_awm",
+    ],
 )
 def test_recipes_raise_the_heldout_reward_of_the_embedded_task(tmp_path: Path, recipe: str) -> None:
     """The shipped digits generator and classifier, 10 of the recipe's 60 iterations."""

@@ -78,6 +78,7 @@ OTHER_REPOSITORIES = {
     "scripts/train_sd3_GRPO_Guard.py": "yifan123/flow_grpo",
     "scripts/train_nft_sd3.py": "NVlabs/DiffusionNFT",
     "scripts/train_sd3_dgpo.py": "Luo-Yihong/DGPO",
+    "scripts/train_sd3_awm.py": "scxue/advantage_weighted_matching",
     "docs/source/grpo_trainer.md": "huggingface/trl",
 }
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)

@@ -1,6 +1,7 @@
 """Algorithms: one file each, registered by name (``genrl list`` shows them)."""
 
 from genrl.algorithms import (
+    awm,
     branch_grpo,
     dgpo,
     diffusion_nft,
@@ -16,6 +17,7 @@ __all__ = [
     "ALGORITHMS",
     "Algorithm",
     "AlgorithmConfig",
+    "awm",
     "branch_grpo",
     "dgpo",
     "diffusion_nft",

@@ -94,6 +94,9 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "DiffusionNFT on the digits task with the released code's defaults.")),
     ("digits_dgpo", _embedded("objectives", "digits_dgpo",
         "DGPO on the digits task: group-level DPO on ODE endpoints, released OCR settings.")),
+    ("digits_awm", _embedded("objectives", "digits_awm",
+        "AWM on the digits task: advantage-weighted flow matching on ODE endpoints, released "
+        "GenEval settings.")),
     ("sd35m_pickscore_ram", _hub("objectives", "sd35m_pickscore_ram",
         "RAM on SD3.5-medium + PickScore with the released pickscore_sd3 settings.")),
     ("sd35m_pickscore_nft", _hub("objectives", "sd35m_pickscore_nft",

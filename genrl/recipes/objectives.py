@@ -1,15 +1,16 @@
-"""Recipes for the regression objectives (RAM, GDRO, DiffusionNFT, DGPO): the embedded task, and
+"""Recipes for the regression objectives (RAM, GDRO, DiffusionNFT, DGPO, AWM): the embedded task, and
 SD3.5-medium / FLUX.1-dev (need a GPU and the hub weights; each trains one iteration on tiny
 stand-ins in ``tests/test_image_recipes.py``).
 
 The real-model settings come from the released code of each method as reported in
-``docs/algorithms/{ram,gdro,diffusion_nft,dgpo}.md`` (where a value is the paper's, a port's or ours
+``docs/algorithms/{ram,gdro,diffusion_nft,dgpo,awm}.md`` (where a value is the paper's, a port's or ours
 is said there), translated to genrl's fields. All three train LoRA r32 / alpha 64 on the
 attention projections, as Flow-GRPO does.
 """
 
 from __future__ import annotations
 
+from genrl.algorithms.awm import AWMConfig
 from genrl.algorithms.dgpo import DGPOConfig
 from genrl.algorithms.diffusion_nft import DiffusionNFTConfig
 from genrl.algorithms.gdro import GDROConfig
@@ -80,6 +81,19 @@ def digits_dgpo() -> TrainConfig:
     config.recipe = "digits_dgpo"
     config.set_algorithm(DGPOConfig(beta=10.0))
     config.train.minibatch_size = 16
+    return config
+
+
+def digits_awm() -> TrainConfig:
+    """AWM on the embedded task: each iteration's 16 groups of 8 ODE samples from the current
+    weights, 6 stratified noisings per sample on the sampler's levels 1-8 of 10, the released
+    GenEval config's generalised Huber loss (power 0.25), KL 0.001 to the frozen model and 1 to
+    the lagged copy (decay ``min(0.001 k, 0.3)``), global-std advantages clipped to 5 and
+    scaled to +-1, with the Flow-GRPO recipe's budget and learning rate; minibatches of 128
+    units (6 optimizer steps per iteration; the released code takes one)."""
+    config = digits_flow_grpo()
+    config.recipe = "digits_awm"
+    config.set_algorithm(AWMConfig())
     return config
 
 
@@ -180,6 +194,7 @@ OBJECTIVE_RECIPES = {
     "digits_gdro_offline": digits_gdro_offline,
     "digits_diffusion_nft": digits_diffusion_nft,
     "digits_dgpo": digits_dgpo,
+    "digits_awm": digits_awm,
     "sd35m_pickscore_ram": sd35m_pickscore_ram,
     "sd35m_pickscore_nft": sd35m_pickscore_nft,
     "flux_dev_hps_gdro": flux_dev_hps_gdro,

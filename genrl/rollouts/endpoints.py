@@ -4,7 +4,8 @@ rollout of the regression objectives: RAM, GDRO, DiffusionNFT).
 No sampling step is ever scored, so any sampler would do; the ODE of ``sampler.num_steps`` steps
 with ``sampler.guidance_scale`` is used. Algorithms with a lagged copy of the policy (RAM,
 DiffusionNFT) sample from it: before each iteration's sampling the copy takes one EMA step
-towards the current weights, ``old <- d old + (1 - d) theta`` with a scheduled decay ``d``. Clean
+towards the current weights, ``old <- d old + (1 - d) theta`` with a scheduled decay ``d``; AWM keeps such a copy for a
+KL term only and samples from the current weights (``sample_with_lagged=False``). Clean
 samples read from an offline store become a rollout through ``from_samples``.
 """
 
@@ -64,16 +65,23 @@ class EndpointRollout(FlowRollout[FlowEndpoints]):
     Args:
         train_config: the run's config (``sampler``, ``train``, ``eval``).
         policy: the flow policy (its noise schedule and trainable network).
-        lagged: the lagged copy's schedule; None samples from the current weights.
+        lagged: the lagged copy's schedule; None keeps no copy.
+        sample_with_lagged: the copy samples the endpoints (False: the current weights do, and
+            the copy only serves the objective, through ``lagged_weights``).
     """
 
     def __init__(
-        self, train_config: Any, policy: FlowPolicy, lagged: LaggedCopyConfig | None
+        self,
+        train_config: Any,
+        policy: FlowPolicy,
+        lagged: LaggedCopyConfig | None,
+        sample_with_lagged: bool = True,
     ) -> None:
         super().__init__(train_config)
         s = train_config.sampler
         self.ode = FlowODESampler(policy.sigma_schedule(s.num_steps, s.shift))
         self.lagged_config = lagged
+        self.sample_with_lagged = sample_with_lagged
         self._network = policy.network
         self._lagged: EMA | None = None
         self._lagged_state: dict[str, torch.Tensor] | None = None
@@ -102,15 +110,19 @@ class EndpointRollout(FlowRollout[FlowEndpoints]):
         with lagged.swapped_in():
             yield
 
+    def _sampling_weights(self) -> contextlib.AbstractContextManager[None]:
+        """The weights that sample: the lagged copy's, unless ``sample_with_lagged`` is off."""
+        return self.lagged_weights() if self.sample_with_lagged else contextlib.nullcontext()
+
     @torch.no_grad()
     def collect(
         self, policy: FlowPolicy, prompts: list[str], group_ids: torch.Tensor, noise: RolloutNoise
     ) -> FlowEndpoints:
         """Deterministic ODE samples (``sampler.num_steps``, ``sampler.guidance_scale``) from
-        the lagged copy when there is one: first the copy takes its EMA step towards the
-        current weights, then it samples."""
+        the lagged copy when there is one (and ``sample_with_lagged``): first the copy takes its
+        EMA step towards the current weights, then it samples."""
         x, condition = self._begin(policy, prompts, noise)
-        with self.lagged_weights():
+        with self._sampling_weights():
             samples = torch.cat([chunk for _, chunk in self._ode(policy, x, condition)])
         return self.from_samples(prompts, group_ids, condition, samples)
 
@@ -128,7 +140,7 @@ class EndpointRollout(FlowRollout[FlowEndpoints]):
             x, condition = self._begin(policy, prompts, noise)
         chunks, samples = self._ode(policy, x, condition), []
         while True:
-            with torch.no_grad(), self.lagged_weights():
+            with torch.no_grad(), self._sampling_weights():
                 item = next(chunks, None)
             if item is None:
                 break
