@@ -98,8 +98,11 @@ def _parse(body: bytes, reward: RewardModel, limits: RequestLimits) -> ScoreRequ
         raise WireError("JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise WireError("body must be a JSON object")
-    if request.get("version") != VERSION:
-        raise WireError(f"wire version must be {VERSION}, got {request.get('version')!r}")
+    version = request.get("version")
+    # The type too: True == 1 and 1.0 == 1 in Python, but neither is the integer 1 on the wire
+    # (bool is a subclass of int, so isinstance would let True through).
+    if type(version) is not int or version != VERSION:
+        raise WireError(f'"version" must be the integer {VERSION}, got {version!r}')
     prompts = request.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise WireError('"prompts" must be a list of strings')
