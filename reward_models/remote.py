@@ -24,6 +24,7 @@ import torch
 
 from reward_models.base import RewardModel, RewardOutput
 from reward_models.composite import RewardError
+from reward_models.logs import clip
 from reward_models.wire import VERSION, WireError, decode_scores, encode_outputs
 
 if TYPE_CHECKING:
@@ -238,8 +239,10 @@ def _seconds(retry_after: str | None) -> float:
 
 
 def _error_message(reply: httpx.Response) -> str:
+    """The server's error message, clipped: it lands in a ``RewardError`` and the run's log,
+    and a server other than ours may send anything there."""
     try:
-        return str(json.loads(reply.content).get("error", ""))
+        return clip(json.loads(reply.content).get("error", ""), 1000)
     except Exception:  # not our server's JSON
         return reply.reason_phrase or f"HTTP {reply.status_code}"
 

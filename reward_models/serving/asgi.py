@@ -31,6 +31,7 @@ from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from reward_models.logs import clip, install
 from reward_models.serving.front import listening_socket
 from reward_models.serving.jobs import Job, internal_error
 from reward_models.serving.requests import RequestError
@@ -38,7 +39,7 @@ from reward_models.serving.requests import RequestError
 if TYPE_CHECKING:
     from reward_models.serving.front import ServerSide
 
-logger = logging.getLogger("reward_models.serving.server")
+logger = install(logging.getLogger("reward_models.serving.server"))
 
 BODY_TIMEOUT_S = 60.0  # seconds a client may take to send its body (then 408)
 # Python's http.server limits (the server's first front used them, and clients may rely on
@@ -57,10 +58,11 @@ def json_reply(
     status: int, body: dict[str, Any], request_id: str, headers: dict[str, str] | None = None
 ) -> Response:
     """A JSON response; an error one carries the request id, is logged (4xx at INFO, 5xx at
-    WARNING) and closes the connection."""
+    WARNING) and closes the connection. Its message is clipped (``logs.clip``): it may echo
+    what the client sent, and neither the log nor the reply should grow with that."""
     extra = {"X-Request-Id": request_id, **(headers or {})}
     if status >= 400:
-        body = {**body, "request_id": request_id}
+        body = {**body, "error": clip(body["error"]), "request_id": request_id}
         extra["Connection"] = "close"
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(level, "request %s: %d %s", request_id, status, body["error"])
@@ -221,7 +223,7 @@ class JSONH11Protocol(H11Protocol):
         error = sys.exc_info()[1]  # called from h11's RemoteProtocolError handler
         status = getattr(error, "error_status_hint", HTTPStatus.BAD_REQUEST)
         request_id = new_request_id()
-        message = f"invalid HTTP request: {error or msg}"
+        message = clip(f"invalid HTTP request: {error or msg}")  # h11 may quote the bytes
         logger.info("request %s: %d %s", request_id, status, message)
         data = json.dumps({"error": message, "request_id": request_id}).encode()
         headers = [
