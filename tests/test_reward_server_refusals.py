@@ -109,12 +109,12 @@ CASES = {
     "a boolean version": (  # True == 1 in Python: the type is what tells them apart
         b'{"version": true, "prompts": ["digit 3"], "outputs": {"texts": ["a"]}}',
         400,
-        '"version" must be the integer 1, got True',
+        '"version" (the wire version) must be the integer 1, got True',
     ),
     "a float version": (
         b'{"version": 1.0, "prompts": ["digit 3"], "outputs": {"texts": ["a"]}}',
         400,
-        '"version" must be the integer 1, got 1.0',
+        '"version" (the wire version) must be the integer 1, got 1.0',
     ),
     "deeply nested JSON": (
         b'{"version": 1, "prompts": ["3"], "metadata": '
