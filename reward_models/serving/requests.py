@@ -103,9 +103,8 @@ def _parse(body: bytes, reward: RewardModel, limits: RequestLimits) -> ScoreRequ
     # The type too: True == 1 and 1.0 == 1 in Python, but neither is the integer 1 on the wire
     # (bool is a subclass of int, so isinstance would let True through).
     if type(version) is not int or version != VERSION:
-        raise WireError(
-            f'"version" (the wire version) must be the integer {VERSION}, got {clip(repr(version), 100)}'
-        )
+        got = clip(repr(version), 100)  # a client's string of any length
+        raise WireError(f'"version" (the wire version) must be the integer {VERSION}, got {got}')
     prompts = request.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise WireError('"prompts" must be a list of strings')
