@@ -191,3 +191,22 @@ def test_health_reports_the_connection_limits(serve) -> None:  # noqa: F811
     assert (limits["header_timeout_s"], limits["max_connections"]) == (2.5, 9)
     default = serve(TargetColorReward()).describe()["limits"]
     assert (default["header_timeout_s"], default["max_connections"]) == (10.0, 512)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [([], (10.0, 512)), (["--header-timeout", "2.5", "--max-connections", "7"], (2.5, 7))],
+    ids=["defaults", "set"],
+)
+def test_serve_reward_flags_set_the_connection_limits(monkeypatch, flags, expected) -> None:
+    from genrl.cli.main import main
+
+    seen: list[dict[str, Any]] = []
+
+    def serve_once(self: RewardServer) -> None:  # what /health would say, then stop
+        seen.append(self.describe()["limits"])
+        self.shutdown()
+
+    monkeypatch.setattr(RewardServer, "serve_forever", serve_once)
+    assert main(["serve-reward", "digit_classifier", "--port", "0", *flags]) == 0
+    assert (seen[0]["header_timeout_s"], seen[0]["max_connections"]) == expected
