@@ -8,8 +8,17 @@ exactly its request's rows, so no sample is lost or counted twice. Requests go t
 handshake per request). Connection failures, timeouts and 502/503/504 are retried with
 exponential back-off, waiting at least a 503's Retry-After (scoring is a pure function, so a
 retry is safe); a wrong token or a refused request (400, 413, ...) fails at once, and a server
-that stays down raises a ``RewardError`` naming the URL before any advantage is computed, so the
-iteration is not half applied and the run resumes from its last checkpoint.
+that stays down raises a ``RewardError`` naming the URL and the seconds waited before any
+advantage is computed, so the iteration is not half applied and the run resumes from its last
+checkpoint.
+
+The defaults give up on a frozen server (one that accepts and never answers) within a minute:
+each attempt may take ``timeout_s`` 15 s plus ``timeout_per_sample_s`` 0.05 s per sample of its
+request (scoring, and the queue of merged requests ahead of it, grows with the samples), so
+18.2 s for the default 64 samples; three attempts and back-offs of 1 and 2 s make 57.6 s at most
+(``patience_s``). A server frozen for up to about 40 s is still waited out by the last attempt
+(15.05 s each for one sample: 48.2 s). A reward slower than that (a large judge behind the
+server) needs a larger ``timeout_s`` or ``timeout_per_sample_s``.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import torch
 
 from reward_models.base import RewardModel, RewardOutput
 from reward_models.composite import RewardError
+from reward_models.logs import clip
 from reward_models.wire import VERSION, WireError, decode_scores, encode_outputs
 
 if TYPE_CHECKING:
@@ -41,7 +51,8 @@ class RemoteReward(RewardModel):
             is renamed to it.
         token: shared secret; default: the ``token_env`` environment variable.
         token_env: where to read the token from when ``token`` is None.
-        timeout_s: seconds per request.
+        timeout_s: seconds an attempt may take, plus ``timeout_per_sample_s`` per sample.
+        timeout_per_sample_s: added to ``timeout_s`` for each sample of the request.
         retries: further attempts after a failed one.
         backoff_s: wait before the first retry, doubled after each.
         max_batch_size: samples per request.
@@ -55,29 +66,48 @@ class RemoteReward(RewardModel):
         name: str = "remote",
         token: str | None = None,
         token_env: str = "GENRL_REWARD_TOKEN",
-        timeout_s: float = 300.0,
-        retries: int = 3,
+        timeout_s: float = 15.0,
+        retries: int = 2,
         backoff_s: float = 1.0,
         max_batch_size: int = 64,
         concurrent_requests: int = 4,
+        timeout_per_sample_s: float = 0.05,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"remote reward url must start with http:// or https://, got {url!r}")
-        if retries < 0 or max_batch_size < 1 or timeout_s <= 0 or concurrent_requests < 1:
+        if (
+            retries < 0
+            or max_batch_size < 1
+            or timeout_s <= 0
+            or timeout_per_sample_s < 0
+            or concurrent_requests < 1
+        ):
             raise ValueError(
-                "retries must be >= 0, max_batch_size >= 1, timeout_s > 0 and "
-                "concurrent_requests >= 1"
+                "retries must be >= 0, max_batch_size >= 1, timeout_s > 0, "
+                "timeout_per_sample_s >= 0 and concurrent_requests >= 1"
             )
         self.url = url.rstrip("/")
         self.name = name
         self.token = token if token is not None else os.environ.get(token_env)
         self.timeout_s = timeout_s
+        self.timeout_per_sample_s = timeout_per_sample_s
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_batch_size = max_batch_size
         self.concurrent_calls = concurrent_requests
         self._client: httpx.Client | None = None  # made on first use: one pool per reward
         self._client_lock = threading.Lock()
+
+    def attempt_timeout_s(self, samples: int) -> float:
+        """How long one attempt of a request of ``samples`` samples may take."""
+        return self.timeout_s + self.timeout_per_sample_s * samples
+
+    def patience_s(self, samples: int | None = None) -> float:
+        """The longest a request of ``samples`` (default ``max_batch_size``) waits on a frozen
+        server before ``RewardError``: every attempt timing out, plus the back-offs between."""
+        attempts = self.retries + 1
+        backoffs = sum(self.backoff_s * 2**i for i in range(self.retries))
+        return attempts * self.attempt_timeout_s(samples or self.max_batch_size) + backoffs
 
     def client(self) -> httpx.Client:
         """This reward's pooled HTTP client (thread-safe; connections kept alive)."""
@@ -123,7 +153,7 @@ class RemoteReward(RewardModel):
     def _score_request(
         self, request: dict[str, Any], size: int
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        response = self._post("/score", request)
+        response = self._post("/score", request, size)
         try:
             primary = response["reward"]
             scores = decode_scores(response["scores"], size)
@@ -139,12 +169,12 @@ class RemoteReward(RewardModel):
         applicable = {rename.get(k, k): v for k, v in applicable.items() if len(v) == size}
         return scores, applicable
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any], samples: int) -> dict[str, Any]:
         return post_json(
             self.url + path,
             body,
             self.token,
-            self.timeout_s,
+            self.attempt_timeout_s(samples),
             self.retries,
             self.backoff_s,
             hint="is `genrl serve-reward` running there?",
@@ -188,10 +218,11 @@ def post_json(
     token_hint: str = "set it with the reward's token or token_env",
     client: httpx.Client | None = None,
 ) -> dict[str, Any]:
-    """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts and 502-504
-    are retried with exponential back-off (waiting at least a 503's Retry-After, up to
-    ``timeout_s``); 401 and other refusals raise a ``RewardError`` at once, as does a server
-    that fails ``retries + 1`` times. ``client``: the pool to send through (default: one
+    """POST ``body`` as JSON, return the JSON reply. Connection errors, timeouts (``timeout_s``
+    per attempt) and 502-504 are retried with exponential back-off (waiting at least a 503's
+    Retry-After, up to ``timeout_s``); 401 and other refusals raise a ``RewardError`` at once,
+    as does a server that fails ``retries + 1`` times (in one line: the URL, the attempts, the
+    seconds waited in all, the last error). ``client``: the pool to send through (default: one
     shared by every caller that gives none)."""
     import httpx
 
@@ -201,6 +232,7 @@ def post_json(
     if token:
         headers["Authorization"] = f"Bearer {token}"
     wait, retry_after, last_error = backoff_s, 0.0, ""
+    started = time.monotonic()
     for attempt in range(retries + 1):
         if attempt:
             time.sleep(max(wait, retry_after))
@@ -226,7 +258,11 @@ def post_json(
             raise RewardError(
                 f"{url} answered with something that is not JSON: {reply.content[:200]!r}"
             ) from None
-    raise RewardError(f"{url} failed {retries + 1} times (last: {last_error}); {hint}".rstrip("; "))
+    waited = time.monotonic() - started
+    raise RewardError(
+        f"{url} failed {retries + 1} times in {waited:.1f} s (each attempt allowed "
+        f"{timeout_s:g} s; last: {clip(last_error, 500)}); {hint}".rstrip("; ")
+    )
 
 
 def _seconds(retry_after: str | None) -> float:
@@ -238,8 +274,10 @@ def _seconds(retry_after: str | None) -> float:
 
 
 def _error_message(reply: httpx.Response) -> str:
+    """The server's error message, clipped: it lands in a ``RewardError`` and the run's log,
+    and a server other than ours may send anything there."""
     try:
-        return str(json.loads(reply.content).get("error", ""))
+        return clip(json.loads(reply.content).get("error", ""), 1000)
     except Exception:  # not our server's JSON
         return reply.reason_phrase or f"HTTP {reply.status_code}"
 

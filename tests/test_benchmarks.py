@@ -114,6 +114,19 @@ def test_reward_server_benchmark_ends_with_its_json_line() -> None:
             assert row["images_per_s"] == pytest.approx(2 * row["requests_per_s"], rel=0.01)
 
 
+@pytest.mark.slow  # a server and two levels of a second each: about 8 s
+def test_reward_server_slow_clients_benchmark_ends_with_its_json_line() -> None:
+    summary = run_benchmark(
+        "reward_server_slow_clients.py", *("--levels", "0,4", "--seconds", "1", "--images", "1")
+    )
+    assert summary["benchmark"] == "reward_server_slow_clients"
+    assert summary["slow_clients_survived"] == 4  # both levels served within 1 s
+    row = summary["levels"]["4"]
+    assert row["slow_connected"] == 4 and set(row["statuses"]) == {"200"}
+    assert summary["healthy_p99_ms_at_survived"] == row["latency_ms_p99"] < 1000
+    assert summary["settings"]["header_timeout_s"] == 10.0  # the server's default, from /health
+
+
 @pytest.mark.slow  # trains two methods, then reruns from the cache: about 16 s
 def test_compositional_quick_ends_with_its_json_line_and_reuses_finished_runs(
     tmp_path: Path,

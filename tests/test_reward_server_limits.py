@@ -331,7 +331,9 @@ def test_the_client_waits_at_least_retry_after(serve, monkeypatch) -> None:
     holder, _ = in_background(lambda: post(server.address, image_body()))
     until(lambda: server.limits.pixels.in_use == 64, "the first request to take its pixels")
     sleeps: list[float] = []
-    monkeypatch.setattr("reward_models.remote.time", SimpleNamespace(sleep=sleeps.append))
+    monkeypatch.setattr(
+        "reward_models.remote.time", SimpleNamespace(sleep=sleeps.append, monotonic=time.monotonic)
+    )
     remote = RemoteReward(server.address, name="gate", retries=2, backoff_s=0.01)
     with pytest.raises(RewardError, match=r"failed 3 times.*HTTP 503.*budget"):
         remote(images(1), ["p"])

@@ -106,6 +106,16 @@ CASES = {
         "the prompts hold 10004000 bytes, over the server's limit of 1048576 per request "
         "(limits.max_prompt_bytes in GET /health)",
     ),
+    "a boolean version": (  # True == 1 in Python: the type is what tells them apart
+        b'{"version": true, "prompts": ["digit 3"], "outputs": {"texts": ["a"]}}',
+        400,
+        '"version" (the wire version) must be the integer 1, got True',
+    ),
+    "a float version": (
+        b'{"version": 1.0, "prompts": ["digit 3"], "outputs": {"texts": ["a"]}}',
+        400,
+        '"version" (the wire version) must be the integer 1, got 1.0',
+    ),
     "deeply nested JSON": (
         b'{"version": 1, "prompts": ["3"], "metadata": '
         + b"[" * 100_000

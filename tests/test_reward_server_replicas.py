@@ -173,7 +173,9 @@ def test_refusals_fail_at_once_without_retrying(servers, monkeypatch) -> None:
     server = RewardServer(TargetColorReward(), port=0, token="t", max_request_bytes=200).start()
     servers.append(server)
     sleeps: list[float] = []
-    monkeypatch.setattr("reward_models.remote.time", SimpleNamespace(sleep=sleeps.append))
+    monkeypatch.setattr(
+        "reward_models.remote.time", SimpleNamespace(sleep=sleeps.append, monotonic=time.monotonic)
+    )
     remote = RemoteReward(server.address, name="c", token="t", retries=3)
     with pytest.raises(RewardError, match=r"\(413\)"):
         remote(images(4, 0), ["p"] * 4)

@@ -47,6 +47,18 @@ def add_serve_parser(sub: Any) -> None:
         "--max-wait", type=float, default=10.0, help="seconds to wait for the budget, then 503"
     )
     serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds for a request head to arrive, then 408 and close (slow clients)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="connections open at once; one more gets 503 and is closed",
+    )
+    serve.add_argument(
         "--replicas",
         type=int,
         default=None,
@@ -95,6 +107,8 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
             max_wait_s=args.max_wait,
             max_batch_size=args.max_batch_size,
             request_timeout_s=args.timeout,
+            header_timeout_s=args.header_timeout,
+            max_connections=args.max_connections,
         )
     except OSError as err:  # taken since the check
         raise ServeAddressError(_listen_problem(err, args.host, args.port)) from None

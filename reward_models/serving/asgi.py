@@ -4,9 +4,8 @@ One event loop serves every connection; a request waiting for its scores holds n
 scoring worker resolves an asyncio future through ``Job.callbacks``), and only the blocking steps,
 JSON parsing and PNG decoding within the server's limits, run in a worker thread. The protocol
 (routes, wire format, status codes, token check, body-size limit, request ids) is
-docs/rewards.md's "Reward servers". uvicorn's own refusals of malformed HTTP (h11's 400 and
-431, which it would send as plain text) are answered in JSON with a request id too, by
-``JSONH11Protocol``.
+docs/rewards.md's "Reward servers". The connections themselves (a head timeout, a connection
+cap, garbage closed at once, h11's refusals in JSON) are ``protocol.JSONH11Protocol``'s.
 """
 
 from __future__ import annotations
@@ -15,13 +14,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import sys
 import threading
-import uuid
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-import h11
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -29,16 +25,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from reward_models.logs import clip, install
 from reward_models.serving.front import listening_socket
 from reward_models.serving.jobs import Job, internal_error
+from reward_models.serving.protocol import JSONH11Protocol, new_request_id
 from reward_models.serving.requests import RequestError
 
 if TYPE_CHECKING:
     from reward_models.serving.front import ServerSide
 
-logger = logging.getLogger("reward_models.serving.server")
+logger = install(logging.getLogger("reward_models.serving.server"))
 
 BODY_TIMEOUT_S = 60.0  # seconds a client may take to send its body (then 408)
 # Python's http.server limits (the server's first front used them, and clients may rely on
@@ -49,18 +46,15 @@ MAX_HEADERS = 100
 MAX_HEAD_BYTES = 2 * MAX_LINE  # a head h11 is still waiting for the end of (431 beyond)
 
 
-def new_request_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
 def json_reply(
     status: int, body: dict[str, Any], request_id: str, headers: dict[str, str] | None = None
 ) -> Response:
     """A JSON response; an error one carries the request id, is logged (4xx at INFO, 5xx at
-    WARNING) and closes the connection."""
+    WARNING) and closes the connection. Its message is clipped (``logs.clip``): it may echo
+    what the client sent, and neither the log nor the reply should grow with that."""
     extra = {"X-Request-Id": request_id, **(headers or {})}
     if status >= 400:
-        body = {**body, "request_id": request_id}
+        body = {**body, "error": clip(body["error"]), "request_id": request_id}
         extra["Connection"] = "close"
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(level, "request %s: %d %s", request_id, status, body["error"])
@@ -212,51 +206,21 @@ async def _body(server: ServerSide, request: Request, request_id: str) -> bytes 
     return body
 
 
-class JSONH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, answering malformed requests in JSON with a request id (and
-    h11's own status: 431 for a head over ``MAX_HEAD_BYTES``, 400 otherwise) instead of
-    uvicorn's plain-text 400."""
-
-    def send_400_response(self, msg: str) -> None:
-        error = sys.exc_info()[1]  # called from h11's RemoteProtocolError handler
-        status = getattr(error, "error_status_hint", HTTPStatus.BAD_REQUEST)
-        request_id = new_request_id()
-        message = f"invalid HTTP request: {error or msg}"
-        logger.info("request %s: %d %s", request_id, status, message)
-        data = json.dumps({"error": message, "request_id": request_id}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            (b"x-request-id", request_id.encode()),
-            (b"connection", b"close"),
-        ]
-        reason = HTTPStatus(status).phrase.encode()
-        try:
-            for event in (
-                h11.Response(status_code=status, headers=headers, reason=reason),
-                h11.Data(data=data),
-                h11.EndOfMessage(),
-            ):
-                self.transport.write(self.conn.send(event))
-        except h11.LocalProtocolError:  # h11 cannot frame a reply here: send it raw
-            head = f"HTTP/1.1 {status} {reason.decode()}\r\n".encode()
-            raw = b"".join(b"%s: %s\r\n" % pair for pair in headers)
-            self.transport.write(head + raw + b"\r\n" + data)
-        self.transport.close()
-
-
 class AsgiFront:
     """uvicorn serving ``build_app(server)`` on a socket bound at construction."""
 
     def __init__(self, server: ServerSide, host: str, port: int) -> None:
         self._socket = listening_socket(host, port)
+        protocol = JSONH11Protocol.configured(server.header_timeout_s, server.max_connections)
         config = uvicorn.Config(
             build_app(server),
-            http=JSONH11Protocol,
+            http=protocol,
             lifespan="off",
             log_config=None,  # leave the host process's logging alone
             access_log=False,  # quiet: a trainer calls many times a minute
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            # No limit_concurrency: it answers 503 only once a head has arrived; the protocol
+            # refuses a connection over server.max_connections on arrival instead.
             timeout_graceful_shutdown=1,
             # Idle connections kept longer than the client keeps them (remote.KEEPALIVE_S), so
             # that the client, not the server, closes them: no request races a server close.

@@ -21,6 +21,8 @@ class ServerSide(Protocol):
 
     max_request_bytes: int
     request_timeout_s: float
+    header_timeout_s: float
+    max_connections: int
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -20,6 +20,15 @@ from reward_models.wire import WireError
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCAN_CHUNK = 2**20  # bytes of structure scanned at a time (bounded memory, early exit)
 
+# The connection limits (``protocol.JSONH11Protocol``). A client writes its request head in one
+# send right after connecting (httpx, urllib), so the head arrives within a round trip; 10 s
+# leaves room for a congested link or an event loop held up for a moment by scoring threads, and
+# bounds what a slow-header client holds to 10 s.
+HEADER_TIMEOUT_S = 10.0
+# Well under the common soft limit of 1024 file descriptors per process (the model's files and
+# CUDA need some), and twice what a large run opens: 64 ranks x 4 concurrent requests.
+MAX_CONNECTIONS = 512
+
 
 @dataclass(frozen=True)
 class RequestLimits:

@@ -25,11 +25,12 @@ from http import HTTPStatus
 from typing import Any
 
 from reward_models.base import RewardModel
+from reward_models.logs import install
 from reward_models.serving.jobs import Job, one_line
 from reward_models.serving.requests import DecodeLimits, RequestError
 from reward_models.serving.scoring import score_batch
 
-logger = logging.getLogger("reward_models.serving.server")
+logger = install(logging.getLogger("reward_models.serving.server"))  # tracebacks clipped
 
 
 class Replica:

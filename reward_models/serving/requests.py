@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from reward_models.base import RewardInputError, RewardModel
+from reward_models.logs import clip
 from reward_models.serving.limits import RequestLimits, describe_picture
 from reward_models.wire import (
     VERSION,
@@ -82,8 +83,8 @@ def parse_score_request(body: bytes, reward: RewardModel, limits: RequestLimits)
         return _parse(body, reward, limits)
     except UnsupportedFormat as err:
         raise RequestError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, str(err)) from None
-    except RewardInputError as err:
-        raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from None
+    except RewardInputError as err:  # may quote a prompt of any length
+        raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, clip(err, 1000)) from None
     except WireError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
@@ -98,8 +99,12 @@ def _parse(body: bytes, reward: RewardModel, limits: RequestLimits) -> ScoreRequ
         raise WireError("JSON nested too deeply") from None
     if not isinstance(request, dict):
         raise WireError("body must be a JSON object")
-    if request.get("version") != VERSION:
-        raise WireError(f"wire version must be {VERSION}, got {request.get('version')!r}")
+    version = request.get("version")
+    # The type too: True == 1 and 1.0 == 1 in Python, but neither is the integer 1 on the wire
+    # (bool is a subclass of int, so isinstance would let True through).
+    if type(version) is not int or version != VERSION:
+        got = clip(repr(version), 100)  # a client's string of any length
+        raise WireError(f'"version" (the wire version) must be the integer {VERSION}, got {got}')
     prompts = request.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise WireError('"prompts" must be a list of strings')

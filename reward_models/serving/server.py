@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from reward_models.base import RewardModel
 from reward_models.serving.jobs import Job, internal_error, joined
-from reward_models.serving.limits import RequestLimits
+from reward_models.serving.limits import HEADER_TIMEOUT_S, MAX_CONNECTIONS, RequestLimits
 from reward_models.serving.replicas import Replicas
 from reward_models.serving.requests import DecodeLimits, ScoreRequest, parse_score_request
 from reward_models.wire import VERSION
@@ -71,6 +71,11 @@ class RewardServer:
             into parts of this many, scored and failed over on their own).
         batch_wait_s: how long a scoring worker waits for more requests to merge.
         request_timeout_s: a request not scored within this gets 504.
+        header_timeout_s: a request head (request line and headers) not complete this long
+            after the connection opened, or after its first byte on a kept-alive connection,
+            gets 408 and the connection is closed (slow-header clients).
+        max_connections: connections open at once; one more gets 503 with Retry-After on
+            arrival and is closed.
 
     Raises ``MissingServerExtra`` (an ImportError saying what to install) without starlette
     and uvicorn.
@@ -93,14 +98,18 @@ class RewardServer:
         max_batch_size: int = 64,
         batch_wait_s: float = 0.01,
         request_timeout_s: float = 300.0,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not token and host not in LOOPBACK:
             raise ValueError(
                 f"serving on {host!r} without a token would let anyone on the network use the "
                 "model; set a token (GENRL_REWARD_TOKEN) or listen on 127.0.0.1"
             )
-        if max_batch_size < 1 or max_request_bytes < 1:
-            raise ValueError("max_batch_size and max_request_bytes must be >= 1")
+        if max_batch_size < 1 or max_request_bytes < 1 or max_connections < 1:
+            raise ValueError("max_batch_size, max_request_bytes and max_connections must be >= 1")
+        if header_timeout_s <= 0:
+            raise ValueError(f"header_timeout_s must be > 0, got {header_timeout_s}")
         if max_pixels > pixel_budget:
             raise ValueError(
                 f"max_pixels ({max_pixels}) must fit the pixel budget ({pixel_budget}): a "
@@ -116,6 +125,8 @@ class RewardServer:
         self.limits = DecodeLimits(pixel_budget, max_decodes, max_wait_s)
         self.max_batch_size = max_batch_size
         self.request_timeout_s = request_timeout_s
+        self.header_timeout_s = header_timeout_s
+        self.max_connections = max_connections
         self.replicas = Replicas(rewards, self.limits, max_batch_size, batch_wait_s)
         self.reward = rewards[0]  # what every replica is a copy of
         self.batch_sizes = self.replicas.batch_sizes  # samples per reward call, all replicas
@@ -162,6 +173,8 @@ class RewardServer:
                 **self.request_limits.describe(),
                 "pixel_budget": self.limits.pixels.capacity,
                 "max_batch_size": self.max_batch_size,
+                "header_timeout_s": self.header_timeout_s,
+                "max_connections": self.max_connections,
             },
         }
 
