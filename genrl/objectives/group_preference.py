@@ -20,11 +20,16 @@ import torch.nn.functional as F
 
 from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowEndpoints, NoisedEndpoints
-from genrl.data.rng import RolloutNoise, Streams
+from genrl.data.rng import RolloutNoise
 from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages
 from genrl.objectives.base import StepContext
 from genrl.objectives.losses import Metrics
-from genrl.objectives.regression import EndpointRegression, NoisingConfig, unit_velocity
+from genrl.objectives.regression import (
+    EndpointRegression,
+    NoisingConfig,
+    per_member_noise,
+    unit_velocity,
+)
 from genrl.objectives.regression_losses import per_sample_mean
 from genrl.policies.protocols import FlowPolicy
 
@@ -206,14 +211,9 @@ class DGPOObjective(EndpointRegression):
         self, policy: FlowPolicy, batch: FlowEndpoints, noise: RolloutNoise
     ) -> NoisedEndpoints:
         units = super().units(policy, batch, noise)
-        if not self.config.share_noise:  # one eps per member, from its own stream (as GDRO)
-            size, k = units.clean.shape[1], self.config.noisings_per_sample
-            eps = noise.randn_by_sample(
-                Streams.MEMBER_EPS, (k, *batch.samples.shape[1:]), batch.samples.device
-            )
-            groups = len(batch) // size
-            per_member = eps.view(groups, size, k, *eps.shape[2:]).transpose(1, 2)
-            units.noise = per_member.reshape(groups * k, size, *eps.shape[2:]).contiguous()
+        if not self.config.share_noise:  # one eps per member: its own stream
+            size = units.clean.shape[1]
+            units.noise = per_member_noise(noise, batch, size, self.config.noisings_per_sample)
         return units
 
     def loss(

@@ -157,6 +157,21 @@ class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
             self.tracker.load_state_dict(state["tracker"])
 
 
+def per_member_noise(
+    noise: RolloutNoise, batch: FlowEndpoints, group_size: int, noisings: int
+) -> torch.Tensor:
+    """One ``eps`` per member and noising, each sample's from its own stream (``MEMBER_EPS``),
+    laid out as group units: ``[groups * noisings, group_size, *event]`` (GDRO and DGPO with
+    ``share_noise=False``)."""
+    eps = noise.randn_by_sample(
+        Streams.MEMBER_EPS, (noisings, *batch.samples.shape[1:]), batch.samples.device
+    )
+    groups = len(batch) // group_size
+    # eps[n, k] -> units [g * k, size]
+    per_member = eps.view(groups, group_size, noisings, *eps.shape[2:]).transpose(1, 2)
+    return per_member.reshape(groups * noisings, group_size, *eps.shape[2:]).contiguous()
+
+
 def unit_velocity(
     policy: FlowPolicy, units: NoisedEndpoints, guidance_scale: float = 1.0
 ) -> torch.Tensor:
