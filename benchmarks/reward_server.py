@@ -64,12 +64,12 @@ def serve(args: argparse.Namespace) -> None:
     server.serve_forever()
 
 
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+def spawn_server(script: Path, options: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """Run ``script --serve OPTIONS`` (a benchmark's own child mode) and wait for the address
+    it prints; returns the child process and that address."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, str(Path(__file__).resolve()), "--serve"]
-    command += ["--batch-ms", str(args.batch_ms), "--replicas", str(args.replicas)]
-    command += ["--max-batch-size", str(args.max_batch_size)]
+    command = [sys.executable, str(script), "--serve", *options]
     child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     address = child.stdout.readline().strip()
@@ -77,6 +77,12 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         child.kill()
         raise RuntimeError(f"the reward server did not start (said {address!r})")
     return child, address
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    options = ["--batch-ms", str(args.batch_ms), "--replicas", str(args.replicas)]
+    options += ["--max-batch-size", str(args.max_batch_size)]
+    return spawn_server(Path(__file__).resolve(), options)
 
 
 def request_body(images: int, size: int) -> bytes:

@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import select
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reward_server import ROOT, request_body, sleep_reward
+from reward_server import request_body, sleep_reward, spawn_server
 
 HEALTHY_WITHIN_S = 1.0
 
@@ -48,25 +45,6 @@ def serve(args: argparse.Namespace) -> None:
     server = RewardServer(sleep_reward(args.batch_ms), port=0)
     print(server.address, flush=True)
     server.serve_forever()
-
-
-def start_server(batch_ms: float) -> tuple[subprocess.Popen[str], str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--serve",
-        "--batch-ms",
-        str(batch_ms),
-    ]
-    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    address = child.stdout.readline().strip()
-    if not address.startswith("http://"):
-        child.kill()
-        raise RuntimeError(f"the reward server did not start (said {address!r})")
-    return child, address
 
 
 class SlowClients:
@@ -192,7 +170,7 @@ def main() -> None:
     body = request_body(args.images, args.size)
     import httpx
 
-    child, address = start_server(args.batch_ms)
+    child, address = spawn_server(Path(__file__).resolve(), ["--batch-ms", str(args.batch_ms)])
     try:
         limits = httpx.get(address + "/health", timeout=30, trust_env=False).json()["limits"]
         healthy_client(address, body, 0.5)  # warm up: imports, first decode, first batch

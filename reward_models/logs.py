@@ -19,7 +19,11 @@ LOG_FIELD_CHARS = 2000  # enough for any message of our own, and for a reward's 
 
 def clip(value: object, limit: int = LOG_FIELD_CHARS) -> str:
     """``str(value)`` on one line, cut to ``limit`` characters with the number cut appended."""
-    text = str(value).replace("\r", "\\r").replace("\n", "\\n")
+    return _cut(str(value).replace("\r", "\\r").replace("\n", "\\n"), limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` itself, or its first ``limit`` characters and the number cut."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [{len(text) - limit:,} more characters]"
@@ -29,12 +33,7 @@ def clipped_traceback(error: BaseException, limit: int = LOG_FIELD_CHARS) -> str
     """The traceback of ``error`` (chained causes included), each line at most ``limit``
     characters plus the count of what was cut: an exception's message can hold a prompt."""
     lines = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    kept = []
-    for line in lines.splitlines():
-        if len(line) > limit:
-            line = f"{line[:limit]}... [{len(line) - limit:,} more characters]"
-        kept.append(line)
-    return "\n".join(kept)
+    return "\n".join(_cut(line, limit) for line in lines.splitlines())
 
 
 class ClipTracebacks(logging.Filter):
