@@ -139,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown is not None:  # also before torch: a typo is answered at once
         print(f"genrl: error: {unknown}", file=sys.stderr)
         return 2
-    _configure_threads()
     try:
+        if args.command in _CONFIGURED:
+            # Built and checked before torch is imported, so that a config error (an unknown
+            # key, a bad value, an unknown name) answers in a fraction of a second.
+            args.config = _checked_config(args)
+        _configure_threads()
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:  # train and serve-reward say more themselves
         print("genrl: interrupted", file=sys.stderr)
@@ -164,8 +168,12 @@ def _unknown_recipe(name: str | None) -> str | None:
 
 
 def _is_user_error(err: Exception) -> bool:
-    from genrl.checkpoints.checkpoint import CheckpointError
     from genrl.config.errors import ConfigError
+
+    # A config error is decided here, before the imports below (they import torch).
+    if isinstance(err, ConfigError):
+        return True
+    from genrl.checkpoints.checkpoint import CheckpointError
     from genrl.data.fileio import DiskFullError
     from genrl.loop.allocation import DynamicSamplingError
     from genrl.loop.optimization import NonFiniteLossError
@@ -177,8 +185,7 @@ def _is_user_error(err: Exception) -> bool:
     # RuntimeErrors and keep their traceback.
     return isinstance(
         err,
-        ConfigError
-        | CheckpointError
+        CheckpointError
         | RewardError
         | NonFiniteLossError
         | DynamicSamplingError
@@ -210,6 +217,16 @@ def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
     return config.apply_overrides(args.overrides)
 
 
+def _checked_config(args: argparse.Namespace):
+    """The command's config (its recipe or a run's ``config.json``, with ``--set``), validated
+    for one process; the Trainer validates it again for the real process count, which only adds
+    divisibility checks."""
+    source = getattr(args, "resume", None) or getattr(args, "checkpoint", None)
+    config = _load_config(args, Path(source) if source else None)
+    config.validate()
+    return config
+
+
 def _run_dir_of(path: Path) -> Path:
     from genrl.checkpoints.checkpoint import CheckpointError, run_dir_of
 
@@ -227,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.output_dir:
         check_output_directory(args.output_dir, "--output-dir")
     resume = Path(args.resume) if args.resume else None
-    config = _load_config(args, resume)
+    config = args.config
     run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
     if resume is None and not args.overwrite:
         refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
@@ -277,7 +294,7 @@ def _trainer_for(args: argparse.Namespace):
     from genrl.loop.trainer import Trainer
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
-    config = _load_config(args, checkpoint)
+    config = args.config
     config.logging.tensorboard = False
     # Verified before the model loads, so that a corrupt checkpoint fails fast; another
     # recipe may score it, but its policy must be the checkpoint's.
@@ -383,6 +400,9 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
 
     return run(args)
 
+
+# The commands that build a run from a config (checked before torch loads).
+_CONFIGURED = ("train", "eval", "sample", "export")
 
 _COMMANDS = {
     "train": cmd_train,
