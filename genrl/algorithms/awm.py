@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class AWMConfig(AWMObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """AWM's fields: the objective's (``genrl/objectives/advantage_weighted_matching.py``) and
-    the lagged copy's (``genrl/rollouts/endpoints.py``), with the released GenEval config's
+    """AWM's fields: the objective's (``genrl/objectives/regression_configs.py``) and
+    the lagged copy's (``genrl/rollouts/configs.py``), with the released GenEval config's
     defaults."""
 
     name: str = "awm"

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class BranchGRPOConfig(TreePolicyGradientConfig, BranchingRolloutConfig, AlgorithmConfig):
-    """BranchGRPO's fields: the tree rollout's (``genrl/rollouts/tree.py``) and the objective's
-    (``genrl/objectives/tree_policy_gradient.py``), with the reference's defaults."""
+    """BranchGRPO's fields: the tree rollout's (``genrl/rollouts/configs.py``) and the objective's
+    (``genrl/objectives/flow_configs.py``), with the reference's defaults."""
 
     name: str = "branch_grpo"
     """Registry name."""

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class DGPOConfig(DGPOObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """DGPO's fields: the objective's (``genrl/objectives/group_preference.py``) and the lagged
-    copy's (``genrl/rollouts/endpoints.py``), with the released OCR config's defaults."""
+    """DGPO's fields: the objective's (``genrl/objectives/regression_configs.py``) and the lagged
+    copy's (``genrl/rollouts/configs.py``), with the released OCR config's defaults."""
 
     name: str = "dgpo"
     """Registry name."""

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class DiffusionNFTConfig(NFTObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """DiffusionNFT's fields: the objective's (``genrl/objectives/regression_objectives.py``)
-    and the old policy's (``genrl/rollouts/endpoints.py``), with the released code's defaults."""
+    """DiffusionNFT's fields: the objective's (``genrl/objectives/regression_configs.py``)
+    and the old policy's (``genrl/rollouts/configs.py``), with the released code's defaults."""
 
     name: str = "diffusion_nft"
     """Registry name."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class FlowGRPOConfig(FlowPolicyGradientConfig, AlgorithmConfig):
-    """Flow-GRPO's fields: the objective's (``genrl/objectives/flow_policy_gradient.py``) with
+    """Flow-GRPO's fields: the objective's (``genrl/objectives/flow_configs.py``) with
     the reference's defaults; the rollout's are ``sampler.*``."""
 
     name: str = "flow_grpo"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class GDROConfig(GDROObjectiveConfig, AlgorithmConfig):
-    """GDRO's fields (``genrl/objectives/regression_objectives.py``). Its samples come from the
+    """GDRO's fields (``genrl/objectives/regression_configs.py``). Its samples come from the
     current model (online) or the reference (offline store): it keeps no lagged copy."""
 
     name: str = "gdro"

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class RAMConfig(RAMObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """RAM's fields: the objective's (``genrl/objectives/regression_objectives.py``) and the
-    lagged copy's (``genrl/rollouts/endpoints.py``), with the released code's defaults."""
+    """RAM's fields: the objective's (``genrl/objectives/regression_configs.py``) and the
+    lagged copy's (``genrl/rollouts/configs.py``), with the released code's defaults."""
 
     name: str = "ram"
     """Registry name."""
