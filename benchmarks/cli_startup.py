@@ -3,7 +3,7 @@ wall time of fresh interpreters running each, against ``python -c pass`` measure
 run (interleaved), so the ratio says what the CLI adds to a bare interpreter start. Target:
 ``help_seconds`` under 1 s.
 
-Run ``python benchmarks/cli_startup.py`` (about 2 s) or ``--repeats 3``.
+Run ``python benchmarks/cli_startup.py`` (a few seconds) or ``--repeats 3``.
 """
 
 from __future__ import annotations
