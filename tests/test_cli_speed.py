@@ -173,3 +173,36 @@ print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def _saved_run(root: Path) -> Path:
+    """A run directory as ``--resume`` finds it: the default recipe's ``config.json`` and one
+    checkpoint directory (its files are verified only once the run is built)."""
+    from genrl.recipes import get_recipe
+
+    run = root / "run"
+    (run / "checkpoints" / "iter_000001").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(get_recipe("digits_flow_grpo").to_dict()))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--resume", "{run}", "--set", "nope=1"], "unknown config key 'nope'"),
+        (
+            ["eval", "--checkpoint", "{run}/checkpoints/iter_000001", "--set", "seed=1.5"],
+            "seed: expected an integer",
+        ),
+        (["train", "--resume", "{run}/missing"], "checkpoint path {run}/missing does not exist"),
+    ],
+)
+def test_a_resumed_runs_config_errors_answer_without_torch(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    run = str(_saved_run(tmp_path))
+    result = _probe(*(a.format(run=run) for a in argv))
+    assert result["code"] == 2
+    assert result["heavy"] == []
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1 and message.format(run=run) in lines[0], result["stderr"]

@@ -50,7 +50,7 @@ def checked_config(args: argparse.Namespace) -> TrainConfig:
 def run_dir_with_config(path: Path) -> Path:
     """The run directory of ``path`` (a run or one of its checkpoints), which must hold the
     run's config.json."""
-    from genrl.checkpoints.checkpoint import CheckpointError, run_dir_of
+    from genrl.checkpoints.paths import CheckpointError, run_dir_of
 
     run_dir = run_dir_of(path)  # the files are verified once, where they are loaded
     if not (run_dir / "config.json").is_file():

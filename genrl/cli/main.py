@@ -160,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
 def _is_user_error(err: Exception) -> bool:
     from genrl.config.errors import ConfigError
 
-    # A config error is decided here, before the imports below (they import torch).
-    if isinstance(err, ConfigError):
+    # Decided before the imports below, which import torch: a config error, a missing file or
+    # checkpoint (CheckpointError is a FileNotFoundError) met before torch loads stays fast.
+    # ValueError covers our own input checks (shapes, prompts, names); torch failures are
+    # RuntimeErrors and keep their traceback.
+    if isinstance(err, ConfigError | FileNotFoundError | ValueError):
         return True
-    from genrl.checkpoints.checkpoint import CheckpointError
     from genrl.data.fileio import DiskFullError
     from genrl.loop.allocation import DynamicSamplingError
     from genrl.loop.optimization import NonFiniteLossError
@@ -171,19 +173,14 @@ def _is_user_error(err: Exception) -> bool:
     from loading.hub import ModelNotCachedError
     from reward_models import RewardError
 
-    # ValueError covers our own input checks (shapes, prompts, names); torch failures are
-    # RuntimeErrors and keep their traceback.
     return isinstance(
         err,
-        CheckpointError
-        | RewardError
+        RewardError
         | NonFiniteLossError
         | DynamicSamplingError
         | DiskFullError
         | MissingExtraError
-        | ModelNotCachedError
-        | FileNotFoundError
-        | ValueError,
+        | ModelNotCachedError,
     )
 
 
