@@ -217,7 +217,8 @@ def read_curve(rows: list[dict[str, Any]], start_seconds: float) -> list[list[fl
     last iteration's). Seconds add up ``time/iteration_s``, so evaluation time is left out.
     Both scores come from the ``compositional`` reward's ``correct`` and ``exact``, whichever
     one the run trains on."""
-    steps, seconds, points = 0.0, start_seconds, []
+    steps, seconds = 0.0, start_seconds
+    points: list[list[float]] = []
     for row in rows:
         if "time/iteration_s" in row:
             seconds += row["time/iteration_s"]

@@ -50,6 +50,10 @@ def first_reaching(curve: list[dict[str, float]], target: float) -> dict[str, fl
     return next((p for p in curve if p["score"] >= target - 1e-9), None)
 
 
+def _at(point: dict[str, float] | None, key: str) -> float | None:
+    return None if point is None else point[key]
+
+
 def ratio(value: float | None, baseline: float | None) -> float | None:
     if value is None or not baseline:
         return None
@@ -113,16 +117,12 @@ def summarise(
             "artifact_probe_change": change("artifact_probe"),
             "steps_to_flow_grpo_best": None if hit is None else round(hit["steps"], 1),
             "seconds_to_flow_grpo_best": None if hit is None else round(hit["seconds"], 1),
-            "steps_to_flow_grpo_best_ratio": ratio(
-                hit and hit["steps"], flow_best and flow_best["steps"]
-            ),
+            "steps_to_flow_grpo_best_ratio": ratio(_at(hit, "steps"), _at(flow_best, "steps")),
             "seconds_to_flow_grpo_best_ratio": ratio(
-                hit and hit["seconds"], flow_best and flow_best["seconds"]
+                _at(hit, "seconds"), _at(flow_best, "seconds")
             ),
-            "steps_to_90pct_gain": ratio(hit90 and hit90["steps"], flow_90 and flow_90["steps"]),
-            "seconds_to_90pct_gain": ratio(
-                hit90 and hit90["seconds"], flow_90 and flow_90["seconds"]
-            ),
+            "steps_to_90pct_gain": ratio(_at(hit90, "steps"), _at(flow_90, "steps")),
+            "seconds_to_90pct_gain": ratio(_at(hit90, "seconds"), _at(flow_90, "seconds")),
             "optimizer_steps": round(steps, 1),
             "steps_per_iteration": round(steps / iterations, 2) if iterations else None,
             "train_seconds": round(seconds, 1),
