@@ -217,3 +217,56 @@ def test_grid_is_the_learning_rate_times_the_knob_for_every_method() -> None:
         assert {p.lr_factor for p in points} == {0.5, 1.0, 2.0}
         assert {p.value for p in points} == set(knob.values)
         assert compositional_runs.recipe_setting(method) in points
+
+
+def test_diagnosis_compares_each_method_with_flow_grpo_by_hand() -> None:
+    """Made-up ``metrics.jsonl`` rows: evaluation rows (no ``time/iteration_s``) are left out;
+    Flow-GRPO's clip fraction 0.1, 0.3 (mean 0.2) against DanceGRPO's 0.05, 0.05 (0.25 of it);
+    GDRO logs no ratio: null, not 0."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import compositional_diagnose as diagnose
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def rows(clip: list[float] | None, units: list[float]) -> list[dict[str, float]]:
+        out: list[dict[str, float]] = [{"iteration": 0, "eval/reward": 0.4}]
+        for i, n in enumerate(units, start=1):
+            row = {"iteration": i, "time/iteration_s": 1.0, "train_units": n}
+            if clip is not None:
+                row["loss/clip_fraction"] = clip[i - 1]
+            out.append(row)
+        out.append({"iteration": len(units), "eval/reward": 0.5})
+        return out
+
+    comparison = diagnose.compare({
+        "flow_grpo": rows([0.1, 0.3], [100, 120]),
+        "dance_grpo": rows([0.05, 0.05], [150, 180]),
+        "gdro": rows(None, [32, 32]),
+    })  # fmt: skip
+    clip = comparison["loss/clip_fraction"]
+    assert clip["flow_grpo"]["series"] == {1: 0.1, 2: 0.3}
+    assert clip["flow_grpo"]["mean"] == pytest.approx(0.2)
+    assert clip["dance_grpo"]["ratio_to_flow_grpo"] == 0.25
+    assert clip["gdro"] == {"series": {}, "mean": None, "ratio_to_flow_grpo": None}
+    units = comparison["train_units"]
+    assert units["dance_grpo"]["ratio_to_flow_grpo"] == 1.5  # 165 / 110
+    assert units["gdro"]["ratio_to_flow_grpo"] == round(32 / 110, 4)
+    assert comparison["loss/log_prob_abs_mean"]["flow_grpo"]["mean"] is None
+
+
+@pytest.mark.slow  # two short runs: about 20 s
+def test_diagnosis_quick_reads_the_new_step_statistics(tmp_path: Path) -> None:
+    summary = run_benchmark(
+        "compositional_diagnose.py", "--quick", "--methods", "dance_grpo", "--output-dir",
+        str(tmp_path),
+    )  # fmt: skip
+    quantities = summary["quantities"]
+    for key in ("loss/ratio_mean", "loss/clip_fraction", "advantages/abs_mean",
+                "reward/zero_std_fraction", "loss/approx_kl", "loss/log_prob_abs_mean",
+                "loss/transition_std_mean"):  # fmt: skip
+        assert set(quantities[key]["flow_grpo"]["series"]) == {"1", "2"}, key
+    noise = quantities["loss/transition_std_mean"]
+    # DanceGRPO's constant eta 0.3 injects less noise than Flow-GRPO's 0.7 on these steps.
+    assert 0 < noise["dance_grpo"]["mean"] < noise["flow_grpo"]["mean"]
+    assert (tmp_path / "runs" / "flow_grpo-seed0-it2-ev2-quick" / "metrics.jsonl").is_file()
