@@ -78,7 +78,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", help="comma/space list (default: all)")
     parser.add_argument("--seeds", nargs="+", help="comma/space list (default: 0 1 2)")
-    parser.add_argument("--tracks", nargs="+", help="geneval and/or strict (default: both)")
+    parser.add_argument(
+        "--tracks", "--track", nargs="+", help="geneval and/or strict (default: both)"
+    )
     parser.add_argument("--iterations", type=int, default=200, help="budget: x 16 x 8 samples")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--tune", action="store_true", help="select settings on validation")
