@@ -32,6 +32,8 @@ class CompositionalReward(RewardModel):
     * ``compositional`` (primary): 1 when the scorer's reading of the canvas meets every
       requirement of the prompt's spec (``tasks.compositional.requirements``), else 0;
       with ``partial_credit`` the fraction of requirements met instead;
+    * ``correct``: GenEval's all-or-nothing correctness, whatever the primary score is (so
+      that a run trained on ``strict`` still logs the GenEval-rule score);
     * ``requirements``: the fraction of requirements met (logged either way);
     * ``exact``: correct and nothing else on the canvas (as many objects as the prompt asks
       for). GenEval does not count extra objects outside ``counting``, and neither does the
@@ -40,7 +42,12 @@ class CompositionalReward(RewardModel):
     * one score per category of ``CATEGORIES``: the correctness on that category's samples,
       NaN (and not ``applicable``) on the others, so that its mean over a batch or a held-out
       set is GenEval's per-category accuracy;
+    * ``exact_<category>``: the same for ``exact``, the strict score's per-category accuracy;
     * ``objects``: how many objects the scorer found.
+
+    Strict correctness is a mode of this reward rather than a reward of its own: both scores
+    come from one reading of the canvas by the same detector, and one reward that logs both
+    keeps a run trained on either score reporting the other on the same samples.
 
     Args:
         path: scorer safetensors; None uses the embedded one.
@@ -94,6 +101,7 @@ class CompositionalReward(RewardModel):
         primary = fraction if self.partial_credit else exact if self.strict else correct
         scores = {
             self.name: primary,
+            "correct": correct,
             "requirements": fraction,
             "exact": exact,
             "objects": found,
@@ -101,8 +109,10 @@ class CompositionalReward(RewardModel):
         applicable = {}
         for category in CATEGORIES:
             mask = torch.tensor([specs[p].category == category for p in prompts])
-            scores[category] = torch.where(mask, correct, torch.full_like(correct, float("nan")))
-            applicable[category] = mask
+            missing = torch.full_like(correct, float("nan"))
+            scores[category] = torch.where(mask, correct, missing)
+            scores[f"exact_{category}"] = torch.where(mask, exact, missing)
+            applicable[category] = applicable[f"exact_{category}"] = mask
         return RewardOutput(scores, applicable)
 
 

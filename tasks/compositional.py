@@ -24,6 +24,14 @@ its key is divisible by ``HELDOUT_MODULUS``: a pure function of the combination,
 combination is ever in a training prompt. ``SPLIT_SALT`` is the first integer from 0 with which
 every category keeps combinations in training and holds some out: one of the categories of 4
 and 6 combinations, at least two of the larger ones (24: 1, 1, 2, 4, 4 and 26 held out).
+
+Validation split, for tuning: a training combination is a validation combination when the sha256
+of ``VALIDATION_SALT`` and its key is divisible by ``HELDOUT_MODULUS``. Only training
+combinations are ever validation ones, so a setting chosen on them has seen no held-out
+combination; a tuning run trains on the other training combinations (``tuning_train_prompts``)
+and is scored on these (``validation_prompts``). ``VALIDATION_SALT`` is the first integer from 0
+with which every category keeps training combinations and has a validation one (0: 1, 1, 2, 1,
+5 and 19 of the 3, 5, 10, 12, 20 and 70 training combinations).
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ TEMPLATES: tuple[str, ...] = ("a photo of {}", "{}")
 HELDOUT_MODULUS = 5  # about one combination in five is held out
 SPLIT_SALT = 24
 SPLITS = ("train", "heldout")
+VALIDATION_SALT = 0
 EVAL_PROMPTS_PER_CATEGORY = 8
 """Held-out evaluation takes at most this many prompts of each category, so that the small
 categories are not drowned by ``color_attr`` (GenEval averages over categories too)."""
@@ -167,6 +176,33 @@ def specs_of(split: str) -> list[Spec]:
     return [s for s in all_specs() if s.split == split]
 
 
+def is_validation(key: str, salt: int = VALIDATION_SALT) -> bool:
+    """Whether the combination ``key`` is in the validation split: a training combination (never
+    a held-out one) chosen by a hash of its own, independent of the held-out split's."""
+    if split_of(key) != "train":
+        return False
+    digest = hashlib.sha256(f"validation{salt}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % HELDOUT_MODULUS == 0
+
+
+def validation_specs() -> list[Spec]:
+    """The specs of the validation combinations, in grammar order."""
+    return [s for s in specs_of("train") if is_validation(s.key)]
+
+
+def tuning_train_prompts() -> list[str]:
+    """The training prompts of a tuning run: every training spec that is not a validation one,
+    in every template."""
+    specs = [s for s in specs_of("train") if not is_validation(s.key)]
+    return [s.text(t) for t in range(len(TEMPLATES)) for s in specs]
+
+
+def validation_prompts(per_category: int = EVAL_PROMPTS_PER_CATEGORY) -> list[str]:
+    """Evaluation prompts of a tuning run: up to ``per_category`` validation specs of each
+    category (first template), chosen as ``heldout_prompts`` chooses."""
+    return _per_category(validation_specs(), per_category)
+
+
 def train_prompts() -> list[str]:
     """Every training spec in every template."""
     return [s.text(t) for t in range(len(TEMPLATES)) for s in specs_of("train")]
@@ -175,9 +211,13 @@ def train_prompts() -> list[str]:
 def heldout_prompts(per_category: int = EVAL_PROMPTS_PER_CATEGORY) -> list[str]:
     """Held-out evaluation prompts: up to ``per_category`` held-out specs of each category
     (first template), chosen in the order of their sha256 (a fixed, well-spread choice)."""
+    return _per_category(specs_of("heldout"), per_category)
+
+
+def _per_category(pool: list[Spec], per_category: int) -> list[str]:
     chosen: list[str] = []
     for category in CATEGORIES:
-        specs = [s for s in specs_of("heldout") if s.category == category]
+        specs = [s for s in pool if s.category == category]
         specs.sort(key=lambda s: hashlib.sha256(s.text().encode()).hexdigest())
         chosen += [s.text() for s in specs[:per_category]]
     return chosen

@@ -12,7 +12,11 @@ import torch
 
 from genrl import Trainer, get_recipe
 from genrl.recipes import RECIPES
-from genrl.recipes.compositional_methods import COMPOSITIONAL_METHOD_RECIPES
+from genrl.recipes.compositional_methods import (
+    COMPOSITIONAL_METHOD_RECIPES,
+    LR_FACTORS,
+    TUNING_KNOBS,
+)
 
 BASE = "compositional_flow_grpo"
 
@@ -20,7 +24,7 @@ BASE = "compositional_flow_grpo"
 def test_every_method_has_a_registered_recipe() -> None:
     methods = {
         "flow_grpo_fast", "mix_grpo", "cps", "dance_grpo", "branch_grpo", "ram", "gdro",
-        "gdro_offline", "diffusion_nft",
+        "gdro_offline", "diffusion_nft", "dgpo", "awm",
     }  # fmt: skip
     assert set(COMPOSITIONAL_METHOD_RECIPES) == {f"compositional_{m}" for m in methods}
     assert all(RECIPES[name] is fn for name, fn in COMPOSITIONAL_METHOD_RECIPES.items())
@@ -81,6 +85,55 @@ def test_methods_keep_their_reference_settings() -> None:
     assert offline.algorithm.beta == 2.0 and offline.train.offline_groups == 3200
     nft = get_recipe("compositional_diffusion_nft").algorithm
     assert (nft.beta, nft.noisings_per_sample, nft.sampling_ema_decay) == (1.0, 9, 0.5)
+    dgpo = get_recipe("compositional_dgpo")
+    d = dgpo.algorithm  # the released GenEval config but beta (docstring)
+    assert (d.beta, d.kl_beta, d.clip_range, d.std_mode) == (10.0, 0.02, 0.01, "group")
+    assert (d.noisings_per_sample, d.sampler_levels, d.share_noise) == (4, 5, True)
+    assert (d.sampling_ema_decay, d.sampling_ema_ramp) == (0.3, 0.001)
+    assert dgpo.train.minibatch_size == 16
+    awm = get_recipe("compositional_awm").algorithm
+    assert (awm.weighting, awm.ghuber_power, awm.beta, awm.lagged_beta) == (
+        "ghuber", 0.25, 0.001, 1.0,
+    )  # fmt: skip
+    assert (awm.noisings_per_sample, awm.advantage_clip, awm.advantage_max) == (6, 5.0, 1.0)
+
+
+@pytest.mark.parametrize("name", sorted(TUNING_KNOBS))
+def test_each_tuning_knob_is_a_field_of_its_recipe_and_holds_its_value(name: str) -> None:
+    """The grid contains the recipe's own setting, and every value of it makes a valid config."""
+    knob = TUNING_KNOBS[name]
+    section, field = knob.field.split(".")
+    assert getattr(getattr(get_recipe(name), section), field) in knob.values
+    for value in knob.values:
+        config = get_recipe(name)
+        config.apply_overrides([f"{knob.field}={value}"])
+        config.validate()
+
+
+def test_every_benchmark_recipe_has_a_tuning_knob() -> None:
+    assert set(TUNING_KNOBS) == {BASE, *COMPOSITIONAL_METHOD_RECIPES}
+    assert LR_FACTORS == (0.5, 1.0, 2.0)
+
+
+@pytest.mark.parametrize("name", ["compositional_dgpo", "compositional_awm"])
+def test_dgpo_and_awm_train_two_iterations(tmp_path: Path, name: str) -> None:
+    """Two iterations, so that the second trains against a lagged copy that has moved: DGPO's
+    clip and AWM's lagged KL act from then on. Parameters change in each iteration."""
+    torch.manual_seed(0)
+    config = get_recipe(name)
+    config.apply_overrides([
+        "train.prompts_per_iteration=4", "train.iterations=2", "eval.every=0",
+        "logging.tensorboard=false", "logging.progress_bar=false",
+        'reward.0.kwargs={"partial_credit": true}',
+    ] + (["train.minibatch_size=2"] if name == "compositional_dgpo" else []))  # fmt: skip
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    for iteration in range(2):
+        before = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+        metrics = trainer.train_iteration()
+        after = dict(trainer.policy.network.named_parameters())
+        moved = [n for n, p in before.items() if not torch.equal(p, after[n])]
+        assert len(moved) >= 0.9 * len(before), (name, iteration)
+        assert metrics["optimizer_steps"] >= 1 and math.isfinite(metrics["loss/total"])
 
 
 @pytest.mark.parametrize("name", list(COMPOSITIONAL_METHOD_RECIPES))

@@ -55,6 +55,10 @@ class FlowStepLoss:
         else:
             loss, metrics = self.surrogate(out.log_prob, mb.old_log_probs, mb.advantages)
         metrics["policy_loss"] = loss.detach()
+        # Diagnostics (issue 31 item 3): how large the trained steps' log-probabilities are and
+        # how much noise their transitions carry, which set how far one update moves the ratio.
+        metrics["log_prob_abs_mean"] = out.log_prob.detach().abs().mean()
+        metrics["transition_std_mean"] = out.std.detach().float().mean()
         if self.config.kl_beta > 0:
             with torch.no_grad(), policy.reference():
                 v_ref = policy.velocity(mb.sample, sigma, mb.condition, self.guidance)

@@ -92,6 +92,21 @@ def _compositional() -> PromptSource:
     )
 
 
+def _compositional_tuning() -> PromptSource:
+    """The compositional task's tuning split (``tasks.compositional``): the training
+    combinations that are not validation ones, in both templates (322 prompts), for training;
+    up to 8 validation combinations per category (22 prompts) for evaluation. Every prompt names
+    a training combination, so a setting chosen on this split has seen no held-out one."""
+    from tasks.compositional import tuning_train_prompts, validation_prompts
+
+    return PromptSource(
+        train=tuning_train_prompts(),
+        eval=validation_prompts(),
+        heldout="22 validation prompts: training combinations (up to 8 per category) that no "
+        "prompt of this split's training set names; no held-out combination",
+    )
+
+
 def _t2i_simple() -> PromptSource:
     """96 short text-to-image prompts (colour, count, composition, style), 80 train / 16 held
     out; the default prompts of the real-model recipes (replace with your own dataset)."""
@@ -206,6 +221,7 @@ PROMPT_SETS: dict[str, Callable[[], PromptSource]] = {
     "digits": _digits,
     "video_digits": _video_digits,
     "compositional": _compositional,
+    "compositional_tuning": _compositional_tuning,
     "t2i_simple": _t2i_simple,
     "t2v_simple": _t2v_simple,
     "ocr_simple": _ocr_simple,

@@ -8,7 +8,10 @@ iterations), its optimizer (AdamW 5e-5, wd 1e-4, grad-norm 1) and its budget: 20
 of 16 prompts x 8 samples, 25,600 samples in all. Only the algorithm changes, with the settings
 its embedded digits counterpart uses (``genrl/recipes/digits.py``, ``objectives.py`` and the
 sampler-family table of ``docs/algorithms/flow_grpo.md``), which encode each method's
-reference conventions. ``benchmarks/compositional.py`` compares them.
+reference conventions. DGPO and AWM, which have no earlier compositional counterpart, take
+their released GenEval configs as their digits recipes take the released configs (each
+deviation in the recipe's docstring). ``benchmarks/compositional.py`` compares them;
+``TUNING_KNOBS`` names each method's main setting for its tuning grid.
 
 The sample budget of offline GDRO: its store is sampled once, by the reference model, before
 training, and those samples are the only ones it ever draws. So that it draws as many as the
@@ -20,7 +23,11 @@ start of the wall-clock axis).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from genrl.algorithms.awm import AWMConfig
 from genrl.algorithms.branch_grpo import BranchGRPOConfig
+from genrl.algorithms.dgpo import DGPOConfig
 from genrl.algorithms.diffusion_nft import DiffusionNFTConfig
 from genrl.algorithms.flow_grpo import FlowGRPOConfig
 from genrl.algorithms.gdro import GDROConfig
@@ -189,6 +196,91 @@ def compositional_diffusion_nft() -> TrainConfig:
     return config
 
 
+def compositional_dgpo() -> TrainConfig:
+    """DGPO: each iteration's 16 groups of 8 ODE samples from the lagged copy (decay
+    ``min(0.001 k, 0.3)``), 4 noisings per group shared by its members on the sampler's 5
+    noisiest levels of 10, the group's DPO margin weighted by ``sigmoid(s)`` against the frozen
+    model, PPO-style clip 0.01 against the lagged copy, velocity KL 0.02 to the frozen model,
+    per-prompt advantages over the group's std clipped to 5, beta 10; minibatches of 16 groups
+    (64 units, 4 optimizer steps per iteration).
+
+    From the released GenEval config (github.com/Luo-Yihong/DGPO ``config/dgpo.py:56-90``, as
+    quoted in ``docs/algorithms/dgpo.md``): ``trunc_steps`` 4 (so the first 5 sampler levels,
+    ``sampler_levels`` 5; ``digits_dgpo`` uses the OCR config's 6, so 7 levels), ``global_std``
+    False (``std_mode`` group; the digits recipe's OCR config: global), clip 0.01, KL 0.02,
+    4 training timesteps, shared noise. Deviations, each forced by this task or benchmark:
+    beta 10, not the released 100, as ``digits_dgpo`` measured (100 saturates the group weights
+    on a toy model's velocity errors; 100 is in the tuning grid); 8 samples per group, not 16,
+    and lr 5e-5 with full fine-tuning, not LoRA at 3e-4, the benchmark's shared budget and
+    policy; the lagged copy samples from the first iteration (released: after 500 steps) and
+    each group draws its own levels, as in ``digits_dgpo``; our Euler ODE for their DPM-Solver;
+    sampling without CFG (released: 4.5), as every recipe of this benchmark samples."""
+    config = _base("compositional_dgpo")
+    config.set_algorithm(DGPOConfig(beta=10.0, std_mode="group", sampler_levels=5))
+    config.train.minibatch_size = 16
+    return config
+
+
+def compositional_awm() -> TrainConfig:
+    """AWM: each iteration's 16 groups of 8 ODE samples from the current weights, 6 stratified
+    noisings per sample on the sampler's levels 1-8 of 10, the generalised Huber weighting
+    (power 0.25) of each unit's flow-matching error, KL 0.001 to the frozen model and 1 to the
+    lagged copy (decay ``min(0.001 k, 0.3)``), advantages over the iteration's std clipped to 5
+    and scaled to +-1; minibatches of 128 units (6 optimizer steps per iteration).
+
+    Inherited: ``AWMConfig()``, the released GenEval config (github.com/scxue/
+    advantage_weighted_matching ``config/dgx_awm.py:31-98``, as quoted in
+    ``docs/algorithms/awm.md``), as ``digits_awm`` uses it. Deviations, each forced by this task
+    or benchmark: 8 samples per group, not 24, and lr 5e-5 with full fine-tuning, not LoRA at
+    3e-4 (the shared budget and policy); 6 optimizer steps per iteration, not one, as in
+    ``digits_awm`` (there one step per iteration learned six times slower per iteration); the
+    10-step Euler ODE for their stochastic 14-step SA-Solver (only the sampler's levels enter
+    the loss)."""
+    config = _base("compositional_awm")
+    config.set_algorithm(AWMConfig())
+    return config
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A method's main setting for the tuning grid of ``benchmarks/compositional.py --tune``:
+    the config field (a dotted override path) and the values tried, the recipe's among them."""
+
+    field: str
+    """Dotted override path, e.g. ``algorithm.beta``."""
+    values: tuple[float, ...]
+    """Values tried (each with learning rate x 0.5, 1 and 2 of the recipe's)."""
+
+
+LR_FACTORS: tuple[float, ...] = (0.5, 1.0, 2.0)
+"""The tuning grid's learning rates, as factors of the recipe's (equal for every method)."""
+
+TUNING_KNOBS: dict[str, Knob] = {
+    # Flow-GRPO's a in sigma_s = a sqrt(s / (1 - s)): how much the SDE explores (paper 0.7).
+    "compositional_flow_grpo": Knob("sampler.noise_level", (0.5, 0.7, 0.9)),
+    # CPS's a in std = s_next sin(a pi / 2) (the reference's 0.8; 1 is the largest allowed).
+    "compositional_flow_grpo_fast": Knob("sampler.noise_level", (0.6, 0.8, 1.0)),
+    # MixGRPO's window: fewer SDE steps are cheaper and explore less (paper 4).
+    "compositional_mix_grpo": Knob("sampler.sde_window_size", (2, 4, 6)),
+    "compositional_cps": Knob("sampler.noise_level", (0.6, 0.8, 1.0)),
+    # DanceGRPO's constant eta, the suspect of its slow climb (issue 31 item 3; paper 0.3).
+    "compositional_dance_grpo": Knob("sampler.noise_level", (0.15, 0.3, 0.6)),
+    # How far a split moves the branches apart (reference 1.3; 1: no extra split noise).
+    "compositional_branch_grpo": Knob("algorithm.split_noise_scale", (1.0, 1.3, 1.6)),
+    # RAM's advantage multiplier (released GenEval 100, PickScore 1000).
+    "compositional_ram": Knob("algorithm.reward_multiplier", (30.0, 100.0, 300.0)),
+    # GDRO's softmax scale of the implicit rewards (digits 1 and 2; the paper's GenEval 6).
+    "compositional_gdro": Knob("algorithm.beta", (1.0, 2.0, 6.0)),
+    "compositional_gdro_offline": Knob("algorithm.beta", (1.0, 2.0, 6.0)),
+    # DiffusionNFT's guidance strength between the positive and negative policies (released 1).
+    "compositional_diffusion_nft": Knob("algorithm.beta", (0.5, 1.0, 2.0)),
+    # DGPO's DPO scale (digits 10; released PickScore 10, GenEval/OCR 100).
+    "compositional_dgpo": Knob("algorithm.beta", (10.0, 30.0, 100.0)),
+    # AWM's generalised Huber power: 0.25 released, 1 is the paper's plain t-weighting.
+    "compositional_awm": Knob("algorithm.ghuber_power", (0.25, 0.5, 1.0)),
+}
+
+
 COMPOSITIONAL_METHOD_RECIPES = {
     "compositional_flow_grpo_fast": compositional_flow_grpo_fast,
     "compositional_mix_grpo": compositional_mix_grpo,
@@ -199,4 +291,6 @@ COMPOSITIONAL_METHOD_RECIPES = {
     "compositional_gdro": compositional_gdro,
     "compositional_gdro_offline": compositional_gdro_offline,
     "compositional_diffusion_nft": compositional_diffusion_nft,
+    "compositional_dgpo": compositional_dgpo,
+    "compositional_awm": compositional_awm,
 }
