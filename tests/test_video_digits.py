@@ -169,6 +169,12 @@ def _tiny_config(directory: Path, *overrides: str) -> TrainConfig:
     return config
 
 
+def test_recipes_log_the_judge_at_weight_zero() -> None:
+    for name in ("video_digits_flow_grpo", "video_digits_diffusion_nft"):
+        weights = {spec.name: spec.weight for spec in get_recipe(name).reward}
+        assert weights == {"moving_digit": 1.0, "moving_digit_judge": 0.0}, name
+
+
 # Each flow algorithm as the image task configures it, only the step counts shrunk to 4.
 ALGORITHMS = {
     "flow_grpo": (),
@@ -204,7 +210,17 @@ def test_a_full_run_writes_its_summary_and_videos(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["recipe"] == "video_digits_flow_grpo"
     assert summary["heldout_samples"] == 40
-    assert set(summary["heldout_scores_after"]) >= {"moving_digit/digit", "moving_digit/motion"}
+    # The judge and the speckle are reported beside the training reward, which they do not enter.
+    assert set(summary["heldout_scores_after"]) >= {
+        "moving_digit/digit",
+        "moving_digit/motion",
+        "moving_digit/tidy",
+        "moving_digit_judge",
+        "moving_digit_judge/speckle",
+    }
+    assert summary["heldout_scores_after"]["reward"] == pytest.approx(
+        summary["heldout_scores_after"]["moving_digit"]
+    )
     for name in (
         "samples_before.gif",
         "samples_after.gif",
