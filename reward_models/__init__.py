@@ -40,6 +40,7 @@ def __getattr__(name: str) -> Any:
 REWARDS: dict[str, Any] = {
     "digit_classifier": "reward_models.digits:DigitClassifierReward",
     "moving_digit": "reward_models.moving_digits:MovingDigitReward",
+    "moving_digit_judge": "reward_models.moving_digits:MovingDigitJudge",
     "compositional": "reward_models.compositional:CompositionalReward",
     "compositional_artifact_probe": "reward_models.compositional:CompositionalArtifactProbe",
     "sample_diversity": "reward_models.diversity:SampleDiversity",

@@ -1,4 +1,5 @@
-"""Train the embedded moving-digits video generator and write it to ``genrl/assets/video_digits``.
+"""Train the embedded moving-digits video generator and its two digit classifiers and write them
+to ``genrl/assets/video_digits``.
 
     python scripts/build_video_assets.py              # train, write weights + manifest.json
     python scripts/build_video_assets.py --check      # verify shipped files against the manifest
@@ -7,6 +8,10 @@
 Data: the training split of ``scripts/build_assets.py`` (scikit-learn's ``load_digits``, 80/20,
 stratified, seed 0), rendered on the fly into clips by ``pipelines.toy.video.render_clips``:
 a uniformly random training digit, direction and start position per clip (fresh every step).
+
+Classifiers (``scripts/video_classifiers.py``, trained first): the reward's 11-class window
+classifier (``digit_classifier.safetensors``: digits, and "no single digit" for speckle) and the
+held-out judge (``digit_judge.safetensors``: an MLP on whole clean 16x16 frames).
 
 Model: ``MovingDigitFlowModel`` trained by flow matching (``x_s = (1-s) x0 + s eps``, target
 ``eps - x0``, ``s ~ U(0, 1)``), 10% of the clips with both labels dropped (null labels, for
@@ -19,8 +24,9 @@ wrong digit or move the wrong way. The build fails unless the held-out reward la
 Held-out reward protocol (the trainer's evaluation of ``video_digits_flow_grpo``): the 40 prompts
 ``VIDEO_EVAL_PROMPTS`` x 8 samples (sample ``i`` gets prompt ``i % 40``), initial noise
 ``randn(320, 6, 1, 16, 16, generator=manual_seed(1234))``, a 10-step Euler ODE on
-``flow_sigmas(10)`` without CFG, reward ``moving_digit`` (``reward_models/moving_digits.py``). The
-metrics are measured on the float16-rounded weights that ship.
+``flow_sigmas(10)`` without CFG, reward ``moving_digit`` and judge ``moving_digit_judge``
+(``reward_models/moving_digits.py``) with the classifiers just built. The metrics are measured on
+the float16-rounded weights that ship.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ if str(REPO_ROOT) not in sys.path:
 
 import asset_tools
 from build_assets import SPLIT, load_split
+from video_classifiers import JUDGE, REWARD_CLASSIFIER, train_judge, train_reward_classifier
 
+from loading.assets import save_model
 from pipelines.toy.models import to_pixels
 from pipelines.toy.video import (
     CANVAS,
@@ -53,9 +61,14 @@ from pipelines.toy.video import (
     render_clips,
     save_video_model,
 )
-from reward_models.moving_digits import MovingDigitReward
+from reward_models.moving_digits import MovingDigitJudge, MovingDigitReward
 from samplers import FlowODESampler, flow_sigmas
-from tasks.video_digits import VIDEO_EVAL_PROMPTS, parse_video_prompt
+from tasks.video_digits import (
+    EMBEDDED_VIDEO_CLASSIFIER,
+    EMBEDDED_VIDEO_JUDGE,
+    VIDEO_EVAL_PROMPTS,
+    parse_video_prompt,
+)
 
 OUT_DIR = REPO_ROOT / "genrl" / "assets" / "video_digits"
 COMMAND = "python scripts/build_video_assets.py"
@@ -73,7 +86,8 @@ EVAL: dict[str, Any] = {
     "noise_seed": 1234,
 }
 EVAL |= {"num_steps": 10, "sigmas": "flow_sigmas(10), no shift", "guidance": 1.0}
-EVAL |= {"reward": "moving_digit (0.5 digit + 0.5 motion)"}
+EVAL |= {"reward": "moving_digit (tidy * (0.5 digit + 0.5 motion))"}
+EVAL |= {"judge": "moving_digit_judge (weight 0)"}
 
 
 def eval_labels() -> tuple[list[str], torch.Tensor, torch.Tensor]:
@@ -148,15 +162,27 @@ def build(out: Path) -> dict[str, Any]:
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     data = load_split()
-    reward = MovingDigitReward()
+    out.mkdir(parents=True, exist_ok=True)
+    classifier, classifier_metrics = train_reward_classifier(data)
+    print(f"reward classifier: {classifier_metrics}", flush=True)
+    judge, judge_metrics = train_judge(data)
+    print(f"judge: {judge_metrics}", flush=True)
+    classifier_path = out / Path(EMBEDDED_VIDEO_CLASSIFIER).name
+    judge_path = out / Path(EMBEDDED_VIDEO_JUDGE).name
+    save_model(classifier, classifier_path)
+    save_model(judge, judge_path)
+    reward = MovingDigitReward(path=str(classifier_path))
     model, metrics = train(data, reward)
     metrics["train_seconds"] = round(time.perf_counter() - start, 1)
-    out.mkdir(parents=True, exist_ok=True)
     save_video_model(model, out / FILE_NAME)
     shipped = load_video_flow_model(out / FILE_NAME)  # float16-rounded: what users get
+    judged = MovingDigitJudge(path=str(judge_path))
     metrics["heldout"] = heldout_scores(shipped, reward)
+    metrics["heldout_judge"] = heldout_scores(shipped, judged)
     metrics["heldout_cfg3"] = heldout_scores(shipped, reward, guidance=3.0)
-    print(f"held-out: {metrics['heldout']}\nheld-out CFG 3: {metrics['heldout_cfg3']}")
+    metrics["heldout_cfg3_judge"] = heldout_scores(shipped, judged, guidance=3.0)
+    for key in ("heldout", "heldout_judge", "heldout_cfg3", "heldout_cfg3_judge"):
+        print(f"{key}: {metrics[key]}")
     low, high = TRAIN["accept_reward"]
     if not low <= metrics["heldout"]["moving_digit"] <= high:
         raise RuntimeError(f"held-out reward {metrics['heldout']} outside [{low}, {high}]")
@@ -167,6 +193,8 @@ def build(out: Path) -> dict[str, Any]:
         "data": {"source": "sklearn.datasets.load_digits (training split)", "split": SPLIT},
         "model": {**MODEL, "parameters": sum(p.numel() for p in model.parameters())},
         "training": TRAIN,
+        "reward_classifier": {**REWARD_CLASSIFIER, "metrics": classifier_metrics},
+        "judge": {**JUDGE, "metrics": judge_metrics},
         "heldout_reward_protocol": EVAL,
         "metrics": metrics,
         "reproducibility": "bit-identical across runs with the same torch build and CPU type",

@@ -1,10 +1,29 @@
-"""Text prompts of the embedded video task ("a 3 moving left") and parsing them back to labels."""
+"""The embedded video task: its text prompts ("a 3 moving left"), parsing them back to labels,
+and its two digit classifiers (weights in ``genrl/assets/video_digits/``, rebuilt by
+``python scripts/build_video_assets.py``):
+
+- the reward's classifier, a ``DigitClassifier`` with an eleventh class, "no single digit"
+  (speckle, noise, blends of two digits), read on the 8x8 window around a frame's ink;
+- the judge, ``FrameDigitJudge``, another architecture trained on other data (whole clean
+  16x16 frames with the digit anywhere), never trained against: a held-out second opinion.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 
-from tasks.digits import DIGIT_WORDS, parse_prompt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from loading.assets import load_model, resolve_weights
+from tasks.digits import DIGIT_WORDS, DigitClassifier, parse_prompt
+
+EMBEDDED_VIDEO_CLASSIFIER = "video_digits/digit_classifier.safetensors"
+EMBEDDED_VIDEO_JUDGE = "video_digits/digit_judge.safetensors"
+NO_DIGIT = 10
+"""The reward classifier's extra class: not one legible digit."""
 
 # Index order is the model's direction label; ``DIRECTION_STEPS[k]`` is its (dy, dx) per frame in
 # image coordinates (rows grow downwards).
@@ -69,3 +88,40 @@ VIDEO_TRAIN_PROMPTS: list[str] = [
     for d in range(len(DIGIT_WORDS))
 ]
 """Training prompts: every (digit, direction) pair in the training templates (120 prompts)."""
+
+
+class FrameDigitJudge(nn.Module):
+    """MLP on a whole ``size x size`` frame: ``[B, 1, size, size]`` in ``[0, 1]`` -> logits
+    ``[B, 10]``. It reads the frame as it is, with no window cut around the ink, so it shares
+    neither the reward classifier's architecture nor its input; no dropout or batch norm."""
+
+    def __init__(self, size: int = 16, hidden_dim: int = 256, num_classes: int = 10) -> None:
+        super().__init__()
+        self.size, self.hidden_dim, self.num_classes = size, hidden_dim, num_classes
+        self.fc1 = nn.Linear(size * size, hidden_dim)
+        self.fc2 = nn.Linear(hidden_dim, hidden_dim)
+        self.fc3 = nn.Linear(hidden_dim, num_classes)
+
+    @property
+    def config(self) -> dict[str, int]:
+        """Constructor kwargs (what the safetensors metadata stores)."""
+        return {"size": self.size, "hidden_dim": self.hidden_dim, "num_classes": self.num_classes}
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        if frames.ndim != 4 or tuple(frames.shape[1:]) != (1, self.size, self.size):
+            raise ValueError(
+                f"frames must be [B, 1, {self.size}, {self.size}] in [0, 1], "
+                f"got {tuple(frames.shape)}"
+            )
+        h = F.relu(self.fc1(frames.flatten(1).to(self.fc1.weight.dtype)))
+        return self.fc3(F.relu(self.fc2(h)))
+
+
+def load_video_classifier(path: str | os.PathLike | None = None) -> DigitClassifier:
+    """The reward's 11-class window classifier (the embedded one when ``path`` is None)."""
+    return load_model(DigitClassifier, resolve_weights(path, EMBEDDED_VIDEO_CLASSIFIER))
+
+
+def load_video_judge(path: str | os.PathLike | None = None) -> FrameDigitJudge:
+    """The held-out judge (the embedded one when ``path`` is None): CPU, float32, eval."""
+    return load_model(FrameDigitJudge, resolve_weights(path, EMBEDDED_VIDEO_JUDGE))

@@ -207,7 +207,9 @@ def save_video_model(model: MovingDigitFlowModel, path: str | os.PathLike) -> No
     tensors = {
         k: v.detach().to("cpu", torch.float16).contiguous() for k, v in model.state_dict().items()
     }
-    metadata = {"config": json.dumps(model.config, sort_keys=True), "storage_dtype": "float16"}
+    # One metadata key only: safetensors writes the metadata map in hash order, which differs
+    # between processes, so a second key made the file's bytes (not its weights) vary per build.
+    metadata = {"config": json.dumps(model.config, sort_keys=True)}
     save_file(tensors, str(path), metadata=metadata)
 
 
