@@ -41,6 +41,7 @@ from genrl.objectives.advantages import (
 )
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.objectives.losses import AGGREGATIONS, Metrics, TokenClippedSurrogate, token_policy_loss
+from genrl.objectives.mismatch import sampler_mismatch
 from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
 
 TP = TypeVar("TP", bound=TokenPolicy)
@@ -111,6 +112,12 @@ class TokenPolicyGradientConfig:
     which is the paper's unstabilised single-rollout baseline (MVSR)."""
     mssr_entropy_kappa: float = 2.0
     """``advantage=mssr``: the bonus is at most ``|A| / kappa`` (released: ``entropy_kappa`` 2)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (Yao et al. 2025): weight each token's surrogate term by
+    ``min(pi_old / mu, tis_cap)``, ``mu`` the rollout engine's sampling probability and
+    ``pi_old`` training's recomputation (``genrl/objectives/mismatch.py``; verl's rollout
+    correction uses 2). None: no correction; the mismatch is logged either way
+    (``loss/mismatch_*``)."""
     mssr_entropy: Literal["full", "sampled"] = "full"
     """``advantage=mssr``: the per-token entropy ``H``: ``full``, the entropy of the whole
     sampling distribution ``-sum_v p_v log p_v`` (the definition the released code's docstring
@@ -138,6 +145,8 @@ class TokenPolicyGradientConfig:
             raise ConfigError(f"algorithm.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
         if self.std_eps < 0:
             raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            raise ConfigError(f"algorithm.tis_cap must be > 0 (or null), got {self.tis_cap}")
         if train_config is not None:
             if train_config.generation.temperature <= 0:
                 raise ConfigError(
@@ -319,10 +328,24 @@ class TokenObjective(Objective[TP, TB, TU]):
     def loss(
         self, policy: TP, minibatch: TU, step: StepContext | None = None
     ) -> tuple[torch.Tensor, Metrics]:
+        """The token policy loss; where the units carry the rollout engine's log-probs, their
+        mismatch with training's (the old log-probs, or this forward's when the iteration is
+        one optimizer step and so still on the old weights) is logged and, with
+        ``algorithm.tis_cap``, corrected by truncated importance weights."""
         mb: Any = minibatch  # every token unit type has these fields
+        log_probs = self.log_probs(policy, mb)
+        extra = self.extra_metrics(mb)
+        weights = None
+        sampled = getattr(mb, "sampler_log_probs", None)
+        if sampled is not None:
+            trainer = mb.old_log_probs if mb.old_log_probs.shape[-1] else log_probs.detach()
+            weights, mismatch = sampler_mismatch(
+                trainer, sampled, self.counted(mb), self.config.tis_cap
+            )
+            extra.update(mismatch)
         return token_policy_loss(
             self.surrogate,
-            self.log_probs(policy, mb),
+            log_probs,
             mb.old_log_probs,
             mb.ref_log_probs,
             mb.advantages,
@@ -330,7 +353,8 @@ class TokenObjective(Objective[TP, TB, TU]):
             kl_beta=self.config.kl_beta,
             kl_estimator=self.config.kl_estimator,
             tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
-            extra=self.extra_metrics(mb),
+            extra=extra,
+            token_weights=weights,
         )
 
 

@@ -1,9 +1,11 @@
 """Autoregressive token rollouts (the GRPO family's): completions sampled token by token.
 
-A group's completions are sampled at ``generation.temperature`` (with top-k / top-p) and cut at
-``generation.stop_strings``; the rollout records ids and masks only. The log-probs a loss
-compares against (old and reference) are the objective's to compute
-(``genrl/objectives/tokens.py``), from the same full forward that training repeats.
+A group's completions are sampled by the run's rollout engine (``generation.engine``,
+``genrl/rollouts/engines``: the built-in loop or vLLM) at ``generation.temperature`` (with top-k /
+top-p) and cut at ``generation.stop_strings``; the rollout records ids, masks and the engine's
+sampling log-probs. The log-probs a loss compares against (old and reference) are the
+objective's to compute (``genrl/objectives/tokens.py``), from the same full forward that training
+repeats; the engine's are kept beside them to measure, and optionally correct, the mismatch.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import torch
 
 from genrl.config.errors import ConfigError
 from genrl.data.batches import TokenRollout
-from genrl.data.rng import RolloutNoise, Streams
+from genrl.data.rng import RolloutNoise
 from genrl.policies.protocols import CausalTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
+from genrl.rollouts.engines import build_engine, check_engine
 from samplers.autoregressive import TokenSampler
 
 # Held-out chunks draw from ``Generator(seed * EVAL_SEED_STRIDE + first sample index)``.
@@ -54,12 +57,34 @@ class GenerationConfig(TokenGenerationConfig):
     """Nucleus sampling mass (1 = all); top-k/top-p restrict sampling but not the scored density."""
     stop_strings: list[str] = field(default_factory=list)
     """Cut a completion after the first of these strings; later tokens are not trained."""
+    engine: str = "loop"
+    """What samples the training rollouts (``genrl/rollouts/engines``): ``loop``, the built-in
+    sampling loop over the policy's forward (exact, no second copy of the weights); ``vllm``, a
+    colocated ``vllm.LLM`` on the policy's checkpoint (causal LMs; needs vLLM installed, see
+    docs/algorithms/grpo.md), whose weights follow the trainer's after every update. Held-out
+    evaluation samples with the loop either way."""
+    engine_max_model_len: int = 0
+    """``engine=vllm``: the longest prompt plus completion the engine serves, in tokens (vLLM's
+    ``max_model_len``; at most the config's ``max_position_embeddings``); 0 takes that."""
+    engine_kv_cache_mb: int = 256
+    """``engine=vllm``: memory for the engine's key-value cache in MiB (vLLM's
+    ``kv_cache_memory_bytes``), on the CPU or the accelerator; bounds how many sequences it
+    runs at once."""
+    engine_eager: bool = True
+    """``engine=vllm``: run the model eagerly (no CUDA graphs or compilation): starts in seconds;
+    set false on an accelerator for throughput."""
 
     def validate(self) -> None:
         super().validate()
         if self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ConfigError(
                 f"generation.top_k must be >= 0 and top_p in (0, 1], got {self.top_k}, {self.top_p}"
+            )
+        check_engine(self.engine)
+        if self.engine_max_model_len < 0 or self.engine_kv_cache_mb < 1:
+            raise ConfigError(
+                "generation.engine_max_model_len must be >= 0 and engine_kv_cache_mb >= 1, got "
+                f"{self.engine_max_model_len}, {self.engine_kv_cache_mb}"
             )
 
 
@@ -72,6 +97,7 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
     Attributes:
         sampler: the training sampler; the objective scores tokens with its temperature.
         eval_sampler: held-out completions at ``generation.eval_temperature``.
+        engine: what samples the training rollouts (``generation.engine``).
     """
 
     def __init__(self, train_config: Any) -> None:
@@ -79,6 +105,7 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
         g = train_config.generation
         self.sampler = TokenSampler(g.temperature, g.top_k, g.top_p)
         self.eval_sampler = TokenSampler(g.eval_temperature)
+        self.engine = build_engine(g.engine, train_config)
 
     @torch.no_grad()
     def collect(
@@ -91,9 +118,8 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
         g = self.train_config.generation
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         extras = policy.model_inputs(prompts)
-        generator = noise.device_generator(Streams.TOKEN_SAMPLING, policy.device)
-        out = policy.generate(
-            prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator, extras
+        out = self.engine.generate(
+            policy, prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, noise, extras
         )
         mask, finished = out.mask, out.finished
         if g.stop_strings:
@@ -115,7 +141,12 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
             finished=finished,
             advantages=torch.zeros(len(prompts), device=mask.device),
             model_inputs=extras,
+            sampler_log_probs=out.log_probs * mask,
         )
+
+    def sync_weights(self, policy: CausalTokenPolicy) -> float | None:
+        """The engine's weight sync (``TokenEngine.sync_weights``)."""
+        return self.engine.sync_weights(policy)
 
     def outputs(self, policy: CausalTokenPolicy, batch: TokenRollout) -> list[str]:
         del policy
