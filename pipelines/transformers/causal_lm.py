@@ -155,9 +155,14 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
         an inference engine to load: the parameters as they are under full fine-tuning; under
         LoRA the base weights with each adapted layer's ``W + (alpha / r) B A`` merged in (the
         engine then serves no adapter, and the policy's own weights are not touched, unlike
-        peft's ``merge_adapter``). Detached views, not copies, where nothing is merged."""
+        peft's ``merge_adapter``). Detached views, not copies, where nothing is merged.
+
+        Tied weights are listed under each of their names (``lm_head.weight`` beside the
+        embedding): vLLM's in-place reload restores each of its layers on its own, and a layer
+        that is sent nothing keeps its old tensors."""
         if not self.is_lora:
-            return [(name, p.detach()) for name, p in self.network.named_parameters()]
+            state = self.network.state_dict(keep_vars=True)
+            return [(name, value.detach()) for name, value in state.items()]
         from peft.tuners.lora import LoraLayer
 
         base = cast(Any, self.network).get_base_model()
@@ -170,10 +175,10 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
             if isinstance(module, LoraLayer)
         }
         weights = []
-        for name, parameter in base.named_parameters():
+        for name, tensor in base.state_dict(keep_vars=True).items():
             if ".lora_" in name:  # the adapter's own factors, already merged
                 continue
-            value = parameter.detach()
+            value = tensor.detach()
             if name in deltas:
                 value = (value.float() + deltas[name]).to(value.dtype)
             weights.append((name.replace(".base_layer.", "."), value))
