@@ -82,7 +82,9 @@ def rollout_for(checkpoint: Path, engine: str, group_size: int, length: int) -> 
     return AutoregressiveRollout(config)
 
 
-def timed_collect(rollout: Any, policy: Any, prompts: list[str], iteration: int) -> tuple[float, Any]:
+def timed_collect(
+    rollout: Any, policy: Any, prompts: list[str], iteration: int
+) -> tuple[float, Any]:
     noise = RolloutNoise(0, iteration, len(prompts), slice(0, len(prompts)))
     groups = torch.arange(len(prompts))
     start = time.perf_counter()

@@ -20,12 +20,12 @@ pytest.importorskip(
     "vllm", reason="vLLM is not installed here: the engine lane (.ci/vllm_lane) runs these tests"
 )
 
-from genrl import get_recipe  # noqa: E402
-from genrl.data.rng import RolloutNoise  # noqa: E402
-from genrl.rollouts.engines.vllm_engine import VLLMEngine  # noqa: E402
-from genrl.rollouts.tokens import AutoregressiveRollout  # noqa: E402
-from pipelines import build_policy  # noqa: E402
-from tests.engine_tiny import save_engine_lm  # noqa: E402
+from genrl import get_recipe
+from genrl.data.rng import RolloutNoise
+from genrl.rollouts.engines.vllm_engine import VLLMEngine
+from genrl.rollouts.tokens import AutoregressiveRollout
+from pipelines import build_policy
+from tests.engine_tiny import save_engine_lm
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
