@@ -186,3 +186,18 @@ def test_engine_weights_rebuild_the_policy_model(tmp_path: Path, lora: bool) -> 
         original = AutoModelForCausalLM.from_pretrained(directory)(input_ids=ids).logits
     torch.testing.assert_close(fresh_logits, expected, atol=1e-5, rtol=1e-5)
     assert float((original - expected).abs().max()) > 1e-3  # the update did change the model
+
+
+def test_vllm_on_the_cpu_refuses_heads_below_its_kernel() -> None:
+    """The shipped Countdown LM's 24-wide heads fail vLLM's CPU attention: one sentence that
+    says so, before vLLM is imported (so it holds in either virtualenv)."""
+    from genrl.rollouts.engines.vllm_engine import VLLMEngine
+
+    config = get_recipe("llm_countdown_grpo")
+    policy = build_policy("countdown_lm")
+    prompts = ["3 5 7 = 15 :"]
+    ids, mask = policy.encode_prompts(prompts)
+    noise = RolloutNoise(0, 0, 1, slice(0, 1))
+    sampler = AutoregressiveRollout(config).sampler
+    with pytest.raises(ConfigError, match=r"at least 32 dimensions.*has 24"):
+        VLLMEngine(config).generate(policy, ids, mask, sampler, 8, noise, {})

@@ -43,6 +43,9 @@ from genrl.policies.protocols import CausalTokenPolicy, EngineTokenPolicy
 from genrl.rollouts.engines.base import TokenEngine
 from samplers.autoregressive import Generation, TokenSampler
 
+# The smallest head size vLLM's CPU attention kernel runs.
+CPU_MIN_HEAD_DIM = 32
+
 
 class VLLMEngine(TokenEngine):
     """A ``vllm.LLM`` built on the first rollout (the policy is needed: its checkpoint, its end
@@ -64,6 +67,15 @@ class VLLMEngine(TokenEngine):
         return policy
 
     def _build(self, policy: EngineTokenPolicy) -> None:
+        model_config = getattr(policy.network, "config", None)
+        head_dim = getattr(model_config, "head_dim", None)
+        if policy.device.type == "cpu" and head_dim is not None and head_dim < CPU_MIN_HEAD_DIM:
+            raise ConfigError(
+                f"generation.engine=vllm on the CPU needs attention heads of at least "
+                f"{CPU_MIN_HEAD_DIM} dimensions (vLLM's CPU attention kernel); "
+                f"{policy.checkpoint} has {head_dim} (the embedded Countdown LM has 24): use a "
+                "checkpoint with wider heads, an accelerator, or generation.engine=loop"
+            )
         # Before vllm is imported: its engine core reads the variable at import.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
