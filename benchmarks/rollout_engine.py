@@ -144,6 +144,12 @@ def main() -> None:
                         if name == "vllm":
                             last_batch = batch
                 rate = {k: len(prompts) / statistics.median(v) for k, v in seconds.items()}
+                # A random model ends its answers at random: tokens per second as well, since
+                # the two engines' samples differ in length.
+                token_rate = {
+                    k: len(prompts) * statistics.mean(tokens[k]) / statistics.median(v)
+                    for k, v in seconds.items()
+                }
                 row = {
                     "group_size": group_size,
                     "max_new_tokens": length,
@@ -151,6 +157,9 @@ def main() -> None:
                     "loop_samples_per_s": round(rate["loop"], 2),
                     "engine_samples_per_s": round(rate["vllm"], 2),
                     "engine_over_loop_samples_per_s": round(rate["vllm"] / rate["loop"], 3),
+                    "engine_over_loop_tokens_per_s": round(
+                        token_rate["vllm"] / token_rate["loop"], 3
+                    ),
                     "mean_completion_tokens": {
                         k: round(statistics.mean(v), 1) for k, v in tokens.items()
                     },

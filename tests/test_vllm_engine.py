@@ -167,3 +167,22 @@ def test_grpo_through_the_engine_trains(checkpoint: Path, tmp_path: Path) -> Non
     assert len(trained) == 2
     assert all(r["loss/mismatch_max_abs_diff"] < TOLERANCE for r in trained)
     assert all(0 <= r["loss/tis_truncated_fraction"] <= 1 for r in trained)
+
+
+def test_rollout_engine_benchmark_quick_ends_with_its_json_line() -> None:
+    command = [sys.executable, str(ROOT / "benchmarks" / "rollout_engine.py"), "--quick"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [*command, "--hidden", "64", "--layers", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["benchmark"] == "rollout_engine"
+    (row,) = summary["configurations"]
+    assert row["engine_over_loop_samples_per_s"] > 0
+    assert summary["mismatch_max_abs_log_prob_diff"] < TOLERANCE
+    assert summary["weight_sync_s"] > 0
