@@ -1,14 +1,40 @@
-"""Reward models behind one interface; heavy imports are deferred until a model is built."""
+"""Reward models behind one interface; heavy imports are deferred until a model is built.
+
+Importing the package imports no torch: ``REWARDS`` holds names and ``"module:Class"`` strings,
+and the contract's names (``RewardModel``, ``CompositeReward``, ...) load on first access
+(PEP 562), so that a config's reward names are checked before torch loads.
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reward_models.base import CallableReward, RewardInputError, RewardModel, RewardOutput
-from reward_models.composite import CompositeReward, RewardError
+if TYPE_CHECKING:
+    from reward_models.base import CallableReward, RewardInputError, RewardModel, RewardOutput
+    from reward_models.composite import CompositeReward, RewardError
+
+# public name -> the module that defines it
+_HOMES = {
+    "CallableReward": "reward_models.base",
+    "RewardInputError": "reward_models.base",
+    "RewardModel": "reward_models.base",
+    "RewardOutput": "reward_models.base",
+    "CompositeReward": "reward_models.composite",
+    "RewardError": "reward_models.composite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The contract's public names, imported on first access."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'reward_models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
 
 # name -> "module:Class" (imported on build) or the class itself, for rewards defined in user code.
 REWARDS: dict[str, Any] = {

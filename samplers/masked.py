@@ -16,18 +16,10 @@ from typing import Literal
 
 import torch
 
+from samplers.masked_schedule import tokens_per_step as tokens_per_step
+from samplers.masked_schedule import unmasking_schedule
+
 Remasking = Literal["low_confidence", "random"]
-
-
-def tokens_per_step(num_masked: int, steps: int) -> list[int]:
-    """How many tokens each of ``steps`` steps reveals: as even as possible, the remainder on
-    the first steps (LLaDA's schedule for a linear noise schedule)."""
-    if steps < 1 or steps > num_masked:
-        raise ValueError(
-            f"steps must lie in [1, {num_masked}] for {num_masked} tokens, got {steps}"
-        )
-    base, extra = divmod(num_masked, steps)
-    return [base + (1 if i < extra else 0) for i in range(steps)]
 
 
 @dataclass
@@ -82,20 +74,7 @@ class MaskedDiffusionSampler:
 
     def schedule(self, length: int) -> list[tuple[int, int, int]]:
         """``(block start, block end, tokens to reveal)`` for every step."""
-        block = self.block_length or length
-        if length % block:
-            raise ValueError(
-                f"completion length {length} is not a multiple of block_length {block}"
-            )
-        num_blocks = length // block
-        if self.steps % num_blocks:
-            raise ValueError(f"steps ({self.steps}) must divide evenly over {num_blocks} blocks")
-        per_block = self.steps // num_blocks
-        return [
-            (b * block, (b + 1) * block, k)
-            for b in range(num_blocks)
-            for k in tokens_per_step(block, per_block)
-        ]
+        return unmasking_schedule(self.steps, self.block_length, length)
 
     @torch.no_grad()
     def generate(

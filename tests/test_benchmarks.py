@@ -95,6 +95,7 @@ def test_cli_startup_ends_with_its_json_line() -> None:
     summary = run_benchmark("cli_startup.py", "--repeats", "1")
     assert summary["benchmark"] == "cli_startup" and summary["repeats"] == 1
     assert summary["help_seconds"] > 0 and summary["python_seconds"] > 0
+    assert summary["config_error_seconds"] > 0
     ratio = summary["help_seconds"] / summary["python_seconds"]
     assert abs(summary["help_over_python_ratio"] - ratio) < 0.01
 

@@ -1,5 +1,6 @@
-"""The CLI answers at once: ``--help`` and argument errors import no torch, diffusers or
-transformers, and the light recipe table they read names the real recipes."""
+"""The CLI answers at once: ``--help``, argument errors and config errors import no torch,
+diffusers or transformers, and the light tables they read (recipes, samplers) name the real
+ones."""
 
 from __future__ import annotations
 
@@ -95,3 +96,113 @@ def test_list_prints_whole_descriptions_and_needs(capsys: pytest.CaptureFixture[
     assert "digits_flow_grpo (default) Flow-GRPO" in out
     assert "Flow-GRPO's pickscore_flux settings. [needs GPU + download]" in out
     assert "the default job). [needs" not in out  # the embedded task needs neither
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["train", "--set", "nope=1"],
+            "genrl: error: unknown config key 'nope'. Valid keys here: algorithm, eval,",
+        ),
+        (
+            ["train", "--set", "train.overlap_rewards=yes"],
+            "genrl: error: train.overlap_rewards: expected true or false, got 'yes'",
+        ),
+        (["train", "--set", "optim.lr=fast"], "genrl: error: optim.lr: expected a number, got"),
+        (["train", "--set", "optim.lr=nan"], "genrl: error: optim.lr"),
+        (
+            ["train", "--set", "algorithm.name=grpoo"],
+            "genrl: error: algorithm.name: unknown name 'grpoo'. Did you mean 'grpo'?",
+        ),
+        (
+            ["train", "--set", "reward.0.name=pickscor"],
+            "genrl: error: reward.0.name: unknown name 'pickscor'. Did you mean 'pickscore'?",
+        ),
+        (
+            ["eval", "--set", "policy.name=sd33"],
+            "genrl: error: policy.name: unknown name 'sd33'.",
+        ),
+        (
+            ["train", "--set", "sampler.name=flow_sd"],
+            "genrl: error: sampler.name: unknown name 'flow_sd'. Did you mean 'flow_sde'?",
+        ),
+        (
+            ["train", "--set", "sampler.name=flow_ode"],
+            "genrl: error: sampler.name='flow_ode' is deterministic",
+        ),
+        (["train", "--set", "train.iterations=0"], "genrl: error: train.iterations must be >= 1"),
+        (
+            ["train", "llm_countdown_grpo", "--set", "sampler.num_steps=5"],
+            "genrl: error: sampler.num_steps: grpo has no sampler section",
+        ),
+        (
+            ["train", "digits_branch_grpo", "--set", "algorithm.branching=[2,2,4]"],
+            "genrl: error: train.group_size (8) must equal the tree's leaves",
+        ),
+        (
+            ["sample", "dllm_sudoku_maskgrpo", "--set", "generation.block_length=7"],
+            "genrl: error: generation: completion length",
+        ),
+    ],
+)
+def test_config_errors_answer_in_one_line_without_torch(argv: list[str], message: str) -> None:
+    """Every mistake in a recipe's config that the config alone shows is reported before the
+    command imports torch, in the one line it always had."""
+    result = _probe(*argv)
+    assert result["code"] == 2
+    assert result["heavy"] == []
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result["stderr"]
+
+
+def test_every_recipe_is_built_and_checked_without_torch() -> None:
+    """What the CLI does before torch, for every recipe: build it, apply a ``--set`` and
+    validate it; a config module that starts importing torch fails here."""
+    script = f"""
+import json, sys
+from genrl.recipes import RECIPES
+for name, recipe in RECIPES.items():
+    recipe().apply_overrides(["seed=1"]).validate()
+print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def _saved_run(root: Path) -> Path:
+    """A run directory as ``--resume`` finds it: the default recipe's ``config.json`` and one
+    checkpoint directory (its files are verified only once the run is built)."""
+    from genrl.recipes import get_recipe
+
+    run = root / "run"
+    (run / "checkpoints" / "iter_000001").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(get_recipe("digits_flow_grpo").to_dict()))
+    return run
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--resume", "{run}", "--set", "nope=1"], "unknown config key 'nope'"),
+        (
+            ["eval", "--checkpoint", "{run}/checkpoints/iter_000001", "--set", "seed=1.5"],
+            "seed: expected an integer",
+        ),
+        (["train", "--resume", "{run}/missing"], "checkpoint path {run}/missing does not exist"),
+    ],
+)
+def test_a_resumed_runs_config_errors_answer_without_torch(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    run = str(_saved_run(tmp_path))
+    result = _probe(*(a.format(run=run) for a in argv))
+    assert result["code"] == 2
+    assert result["heavy"] == []
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1 and message.format(run=run) in lines[0], result["stderr"]

@@ -395,3 +395,11 @@ def test_d1_is_mask_grpo_with_d1s_settings() -> None:
     assert MaskGRPOConfig.d1(num_iterations=2).num_iterations == 2
     recipe = get_recipe("dllm_sudoku_d1").algorithm
     assert isinstance(recipe, MaskGRPOConfig) and recipe == MaskGRPOConfig.d1(num_iterations=2)
+
+
+def test_the_config_names_every_estimator():
+    """The views' config checks ``algorithm.estimator`` against names it reads without torch;
+    they are the registered estimators."""
+    from genrl.objectives.token_configs import ESTIMATOR_NAMES
+
+    assert sorted(ESTIMATOR_NAMES) == sorted(ESTIMATORS)

@@ -149,6 +149,20 @@ def test_registry_and_reductions():
         assert cls.stochastic and issubclass(cls, GaussianFlowSampler)
 
 
+def test_the_catalog_agrees_with_the_classes():
+    """``samplers.catalog`` (read by the config checks before torch loads) names each class of
+    ``SAMPLERS`` with its own ``stochastic`` flag and ``noise_level`` range."""
+    from samplers.catalog import SAMPLER_CATALOG
+
+    assert list(SAMPLER_CATALOG) == list(SAMPLERS)
+    for name, entry in SAMPLER_CATALOG.items():
+        cls = SAMPLERS[name]
+        assert entry.target == f"{cls.__module__}:{cls.__name__}", name
+        assert entry.stochastic == cls.stochastic, name
+        default = (0.0, float("inf"))
+        assert entry.noise_level_range == getattr(cls, "noise_level_range", default), name
+
+
 # ---------------------------------------------------------------- ODE step
 
 

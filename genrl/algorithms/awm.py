@@ -16,19 +16,22 @@ samples); the evaluation EMA and the learning-rate schedule are the recipe's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
-from genrl.objectives.advantage_weighted_matching import AWMObjective, AWMObjectiveConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
-from genrl.rollouts.flow import FlowSamplingConfig
+from genrl.objectives.regression_configs import AWMObjectiveConfig
+from genrl.rollouts.configs import FlowSamplingConfig, LaggedCopyConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.advantage_weighted_matching import AWMObjective
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.endpoints import EndpointRollout
 
 
 @dataclass
 class AWMConfig(AWMObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """AWM's fields: the objective's (``genrl/objectives/advantage_weighted_matching.py``) and
-    the lagged copy's (``genrl/rollouts/endpoints.py``), with the released GenEval config's
+    """AWM's fields: the objective's (``genrl/objectives/regression_configs.py``) and
+    the lagged copy's (``genrl/rollouts/configs.py``), with the released GenEval config's
     defaults."""
 
     name: str = "awm"
@@ -53,6 +56,12 @@ class AWM(Algorithm):
     config: AWMConfig
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, AWMObjective]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.advantage_weighted_matching import AWMObjective
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.endpoints import EndpointRollout
+
         flow = require(policy, FlowPolicy, "awm")
         # The current weights sample (released ``off_policy`` False); the lagged copy is kept
         # only for its KL term.

@@ -14,20 +14,23 @@ The pairing: ``BranchingRollout`` and ``TreePolicyGradient``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.config.errors import ConfigError
-from genrl.objectives.tree_policy_gradient import TreePolicyGradient, TreePolicyGradientConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.flow import StochasticSamplingConfig
-from genrl.rollouts.tree import BranchingRollout, BranchingRolloutConfig
+from genrl.objectives.flow_configs import TreePolicyGradientConfig
+from genrl.rollouts.configs import BranchingRolloutConfig, StochasticSamplingConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.tree_policy_gradient import TreePolicyGradient
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.tree import BranchingRollout
 
 
 @dataclass
 class BranchGRPOConfig(TreePolicyGradientConfig, BranchingRolloutConfig, AlgorithmConfig):
-    """BranchGRPO's fields: the tree rollout's (``genrl/rollouts/tree.py``) and the objective's
-    (``genrl/objectives/tree_policy_gradient.py``), with the reference's defaults."""
+    """BranchGRPO's fields: the tree rollout's (``genrl/rollouts/configs.py``) and the objective's
+    (``genrl/objectives/flow_configs.py``), with the reference's defaults."""
 
     name: str = "branch_grpo"
     """Registry name."""
@@ -54,6 +57,12 @@ class BranchGRPO(Algorithm):
     config: BranchGRPOConfig
 
     def build(self, policy: Policy) -> tuple[BranchingRollout, TreePolicyGradient]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.tree_policy_gradient import TreePolicyGradient
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.tree import BranchingRollout
+
         t = self.train_config.train
         flow = require(policy, FlowPolicy, "branch_grpo")
         rollout = BranchingRollout(self.config, self.train_config, flow)

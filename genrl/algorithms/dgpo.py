@@ -18,20 +18,23 @@ iteration, shared by every sample).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.config.errors import ConfigError
-from genrl.objectives.group_preference import DGPOObjective, DGPOObjectiveConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
-from genrl.rollouts.flow import FlowSamplingConfig
+from genrl.objectives.regression_configs import DGPOObjectiveConfig
+from genrl.rollouts.configs import FlowSamplingConfig, LaggedCopyConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.group_preference import DGPOObjective
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.endpoints import EndpointRollout
 
 
 @dataclass
 class DGPOConfig(DGPOObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """DGPO's fields: the objective's (``genrl/objectives/group_preference.py``) and the lagged
-    copy's (``genrl/rollouts/endpoints.py``), with the released OCR config's defaults."""
+    """DGPO's fields: the objective's (``genrl/objectives/regression_configs.py``) and the lagged
+    copy's (``genrl/rollouts/configs.py``), with the released OCR config's defaults."""
 
     name: str = "dgpo"
     """Registry name."""
@@ -56,6 +59,12 @@ class DGPO(Algorithm):
     group_units = True
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, DGPOObjective]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.group_preference import DGPOObjective
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.endpoints import EndpointRollout
+
         flow = require(policy, FlowPolicy, "dgpo")
         # Without a clip or a lagged reference no lagged copy is kept: the current weights sample.
         lagged = self.config if self.config.needs_lagged_copy else None

@@ -18,20 +18,23 @@ permutation of them (``time_sampling=uniform`` is the paper's Algorithm 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.config.errors import ConfigError
-from genrl.objectives.regression_objectives import NFTObjective, NFTObjectiveConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
-from genrl.rollouts.flow import FlowSamplingConfig
+from genrl.objectives.regression_configs import NFTObjectiveConfig
+from genrl.rollouts.configs import FlowSamplingConfig, LaggedCopyConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.regression_objectives import NFTObjective
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.endpoints import EndpointRollout
 
 
 @dataclass
 class DiffusionNFTConfig(NFTObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """DiffusionNFT's fields: the objective's (``genrl/objectives/regression_objectives.py``)
-    and the old policy's (``genrl/rollouts/endpoints.py``), with the released code's defaults."""
+    """DiffusionNFT's fields: the objective's (``genrl/objectives/regression_configs.py``)
+    and the old policy's (``genrl/rollouts/configs.py``), with the released code's defaults."""
 
     name: str = "diffusion_nft"
     """Registry name."""
@@ -62,6 +65,12 @@ class DiffusionNFT(Algorithm):
     config: DiffusionNFTConfig
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, NFTObjective]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.regression_objectives import NFTObjective
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.endpoints import EndpointRollout
+
         flow = require(policy, FlowPolicy, "diffusion_nft")
         rollout = EndpointRollout(self.train_config, flow, lagged=self.config)
         return rollout, NFTObjective(self.config, rollout, self.train_config.train.group_size)

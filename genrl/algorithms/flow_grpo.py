@@ -16,17 +16,21 @@ steps through ``sampler.name``) and ``FlowPolicyGradient``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
-from genrl.objectives.flow_policy_gradient import FlowPolicyGradient, FlowPolicyGradientConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.flow_sde import FlowSDERollout, SDESamplingConfig
+from genrl.objectives.flow_configs import FlowPolicyGradientConfig
+from genrl.rollouts.configs import SDESamplingConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.flow_policy_gradient import FlowPolicyGradient
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.flow_sde import FlowSDERollout
 
 
 @dataclass
 class FlowGRPOConfig(FlowPolicyGradientConfig, AlgorithmConfig):
-    """Flow-GRPO's fields: the objective's (``genrl/objectives/flow_policy_gradient.py``) with
+    """Flow-GRPO's fields: the objective's (``genrl/objectives/flow_configs.py``) with
     the reference's defaults; the rollout's are ``sampler.*``."""
 
     name: str = "flow_grpo"
@@ -46,6 +50,12 @@ class FlowGRPO(Algorithm):
     def build(self, policy: Policy) -> tuple[FlowSDERollout, FlowPolicyGradient]:
         """The SDE rollout on the policy's noise schedule (measuring the per-step KL for
         ``kl_reward``, keeping step means for ``ratio_norm``) and Flow-GRPO's objective."""
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.flow_policy_gradient import FlowPolicyGradient
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.flow_sde import FlowSDERollout
+
         rollout = FlowSDERollout.from_config(
             self.train_config,
             require(policy, FlowPolicy, "flow_grpo"),

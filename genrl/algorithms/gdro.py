@@ -16,19 +16,22 @@ Choices the paper leaves open (documented fields): the squared norms are means o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
 from genrl.config.errors import ConfigError
-from genrl.objectives.regression_objectives import GDROObjective, GDROObjectiveConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.endpoints import EndpointRollout
-from genrl.rollouts.flow import FlowSamplingConfig
+from genrl.objectives.regression_configs import GDROObjectiveConfig
+from genrl.rollouts.configs import FlowSamplingConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.regression_objectives import GDROObjective
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.endpoints import EndpointRollout
 
 
 @dataclass
 class GDROConfig(GDROObjectiveConfig, AlgorithmConfig):
-    """GDRO's fields (``genrl/objectives/regression_objectives.py``). Its samples come from the
+    """GDRO's fields (``genrl/objectives/regression_configs.py``). Its samples come from the
     current model (online) or the reference (offline store): it keeps no lagged copy."""
 
     name: str = "gdro"
@@ -51,6 +54,12 @@ class GDRO(Algorithm):
     supports_offline = True
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, GDROObjective]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.regression_objectives import GDROObjective
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.endpoints import EndpointRollout
+
         flow = require(policy, FlowPolicy, "gdro")
         rollout = EndpointRollout(self.train_config, flow, lagged=None)
         return rollout, GDROObjective(self.config, rollout, self.train_config.train.group_size)

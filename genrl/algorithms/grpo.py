@@ -14,12 +14,16 @@ The pairing: ``AutoregressiveRollout`` (``generation.*``) and ``TokenPolicyGradi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
-from genrl.objectives.tokens import TokenPolicyGradient, TokenPolicyGradientConfig
-from genrl.policies.protocols import CausalTokenPolicy, Policy, require
-from genrl.rollouts.tokens import AutoregressiveRollout, GenerationConfig
+from genrl.objectives.token_configs import TokenPolicyGradientConfig
+from genrl.rollouts.configs import GenerationConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.tokens import TokenPolicyGradient
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.tokens import AutoregressiveRollout
 
 
 @dataclass
@@ -44,6 +48,12 @@ class GRPO(Algorithm):
     config: GRPOConfig
 
     def build(self, policy: Policy) -> tuple[AutoregressiveRollout, TokenPolicyGradient]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.tokens import TokenPolicyGradient
+        from genrl.policies.protocols import CausalTokenPolicy, require
+        from genrl.rollouts.tokens import AutoregressiveRollout
+
         require(policy, CausalTokenPolicy, "grpo")
         rollout = AutoregressiveRollout(self.train_config)
         objective = TokenPolicyGradient(

@@ -11,13 +11,16 @@ The pairing: ``UnmaskingRollout`` (``generation.*``) and ``MaskedTokenPolicyGrad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
-from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient, MaskedViewsConfig
-from genrl.objectives.tokens import TokenPolicyGradientConfig
-from genrl.policies.protocols import MaskedTokenPolicy, Policy, require
-from genrl.rollouts.masked import UnmaskingConfig, UnmaskingRollout
+from genrl.objectives.token_configs import MaskedViewsConfig, TokenPolicyGradientConfig
+from genrl.rollouts.configs import UnmaskingConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.masked import UnmaskingRollout
 
 
 @dataclass
@@ -65,6 +68,12 @@ class MaskGRPO(Algorithm):
     config: MaskGRPOConfig
 
     def build(self, policy: Policy) -> tuple[UnmaskingRollout, MaskedTokenPolicyGradient]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient
+        from genrl.policies.protocols import MaskedTokenPolicy, require
+        from genrl.rollouts.masked import UnmaskingRollout
+
         require(policy, MaskedTokenPolicy, self.config.name)
         rollout = UnmaskingRollout(self.train_config)
         return rollout, MaskedTokenPolicyGradient(self.config, self.train_config)

@@ -17,19 +17,22 @@ implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
-from genrl.objectives.regression_objectives import RAMObjective, RAMObjectiveConfig
-from genrl.policies.protocols import FlowPolicy, Policy, require
-from genrl.rollouts.endpoints import EndpointRollout, LaggedCopyConfig
-from genrl.rollouts.flow import FlowSamplingConfig
+from genrl.objectives.regression_configs import RAMObjectiveConfig
+from genrl.rollouts.configs import FlowSamplingConfig, LaggedCopyConfig
+
+if TYPE_CHECKING:
+    from genrl.objectives.regression_objectives import RAMObjective
+    from genrl.policies.protocols import Policy
+    from genrl.rollouts.endpoints import EndpointRollout
 
 
 @dataclass
 class RAMConfig(RAMObjectiveConfig, LaggedCopyConfig, AlgorithmConfig):
-    """RAM's fields: the objective's (``genrl/objectives/regression_objectives.py``) and the
-    lagged copy's (``genrl/rollouts/endpoints.py``), with the released code's defaults."""
+    """RAM's fields: the objective's (``genrl/objectives/regression_configs.py``) and the
+    lagged copy's (``genrl/rollouts/configs.py``), with the released code's defaults."""
 
     name: str = "ram"
     """Registry name."""
@@ -59,6 +62,12 @@ class RAM(Algorithm):
     config: RAMConfig
 
     def build(self, policy: Policy) -> tuple[EndpointRollout, RAMObjective]:
+        # Imported here: the rollout and the objective are tensor code, and the registry and
+        # this config are read before torch (the command line checks a config first).
+        from genrl.objectives.regression_objectives import RAMObjective
+        from genrl.policies.protocols import FlowPolicy, require
+        from genrl.rollouts.endpoints import EndpointRollout
+
         flow = require(policy, FlowPolicy, "ram")
         rollout = EndpointRollout(self.train_config, flow, lagged=self.config)
         return rollout, RAMObjective(self.config, rollout, self.train_config.train.group_size)

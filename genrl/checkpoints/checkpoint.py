@@ -42,10 +42,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
+from genrl.checkpoints.paths import MANIFEST, PREFIX, checkpoints_of, is_checkpoint, staging_dir
+from genrl.checkpoints.paths import CheckpointError as CheckpointError
+from genrl.checkpoints.paths import CorruptCheckpointError as CorruptCheckpointError
+from genrl.checkpoints.paths import checkpoint_dir as checkpoint_dir
+from genrl.checkpoints.paths import list_checkpoints as list_checkpoints
+from genrl.checkpoints.paths import run_dir_of as run_dir_of
 from genrl.data.fileio import fsync_directory, naming_full_disk
 
-PREFIX = "iter_"
-MANIFEST = "manifest.json"
 FORMAT = "genrl-checkpoint/1"
 REQUIRED = ("trainable.safetensors", "optimizer.pt", "state.pt")
 # A sharded checkpoint (FSDP2): torch distributed checkpointing's files, one per process, in
@@ -53,25 +57,6 @@ REQUIRED = ("trainable.safetensors", "optimizer.pt", "state.pt")
 REQUIRED_SHARDED = (".metadata", "state.pt")
 # What state.pt must hold to be one of ours (Trainer.state() plus the counters added at save).
 STATE_KEYS = ("iteration", "optimizer_steps", "rollout", "objective", "reward")
-
-
-class CheckpointError(FileNotFoundError):
-    """A checkpoint is missing or incomplete; the message says where we looked."""
-
-
-class CorruptCheckpointError(CheckpointError):
-    """A checkpoint file is missing, differs from what was saved, or cannot be read; the message
-    names the checkpoint and the file."""
-
-
-def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
-    return run_dir / "checkpoints" / f"{PREFIX}{iteration:06d}"
-
-
-def staging_dir(run_dir: Path, iteration: int) -> Path:
-    """The temporary directory a checkpoint is written into before it is renamed into place."""
-    final = checkpoint_dir(run_dir, iteration)
-    return final.with_name(f".tmp-{final.name}")
 
 
 def begin_staging(run_dir: Path, iteration: int) -> Path:
@@ -227,53 +212,15 @@ def set_aside_newer(run_dir: Path, iteration: int) -> list[Path]:
     return moved
 
 
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
-
-
-def _is_checkpoint(path: Path) -> bool:
-    """A checkpoint directory (as opposed to a run directory), even with files missing."""
-    if (path / MANIFEST).is_file() or (path / "state.pt").is_file():
-        return True
-    return path.is_dir() and path.name.startswith(PREFIX) and path.parent.name == "checkpoints"
-
-
-def run_dir_of(path: str | Path) -> Path:
-    """The run directory of a checkpoint directory, or ``path`` itself for a run directory that
-    holds checkpoints (nothing is verified here; see ``resolve_checkpoint``)."""
-    path = Path(path)
-    if _is_checkpoint(path):
-        return path.parent.parent
-    _checkpoints_of(path)
-    return path
-
-
-def _checkpoints_of(path: Path) -> list[Path]:
-    # Worded for every command that reads a checkpoint (train --resume, eval/sample/export
-    # --checkpoint), not for resuming only.
-    if not path.exists():
-        raise CheckpointError(f"checkpoint path {path} does not exist")
-    found = list_checkpoints(path)
-    if not found:
-        raise CheckpointError(
-            f"{path} holds no checkpoint (expected {path}/checkpoints/{PREFIX}*/ with state.pt, "
-            "or a checkpoint directory itself)"
-        )
-    return found
-
-
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory whose files passed ``verify_checkpoint``: ``path`` itself when it
     is one (``CorruptCheckpointError`` when it fails), or the newest intact checkpoint of the run
     directory ``path``, with a warning naming each newer one that is corrupt."""
     path = Path(path)
-    if _is_checkpoint(path):
+    if is_checkpoint(path):
         verify_checkpoint(path)
         return path
-    found = _checkpoints_of(path)
+    found = checkpoints_of(path)
     problems = []
     for candidate in reversed(found):
         try:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from genrl.cli.commands_config import checked_config, run_dir_with_config, unknown_recipe
 from genrl.cli.serving import add_serve_parser
 
 
@@ -135,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     parser.hint = _command_hint(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    unknown = _unknown_recipe(getattr(args, "recipe", None))
+    unknown = unknown_recipe(getattr(args, "recipe", None))
     if unknown is not None:  # also before torch: a typo is answered at once
         print(f"genrl: error: {unknown}", file=sys.stderr)
         return 2
-    _configure_threads()
     try:
+        if args.command in _CONFIGURED:
+            # Built and checked before torch is imported, so that a config error (an unknown
+            # key, a bad value, an unknown name) answers in a fraction of a second.
+            args.config = checked_config(args)
+        _configure_threads()
         return _COMMANDS[args.command](args)
     except KeyboardInterrupt:  # train and serve-reward say more themselves
         print("genrl: interrupted", file=sys.stderr)
@@ -152,20 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _unknown_recipe(name: str | None) -> str | None:
-    """The error for a recipe name that is neither catalogued nor registered (None if fine)."""
-    from genrl.recipes.catalog import unknown_recipe_message
-
-    message = None if name is None else unknown_recipe_message(name)
-    registry = sys.modules.get("genrl.recipes.registry")  # a recipe registered at run time, if any
-    if message is not None and registry is not None and name in registry.RECIPES:
-        return None
-    return message
-
-
 def _is_user_error(err: Exception) -> bool:
-    from genrl.checkpoints.checkpoint import CheckpointError
     from genrl.config.errors import ConfigError
+
+    # Decided before the imports below, which import torch: a config error, a missing file or
+    # checkpoint (CheckpointError is a FileNotFoundError) met before torch loads stays fast.
+    # ValueError covers our own input checks (shapes, prompts, names); torch failures are
+    # RuntimeErrors and keep their traceback.
+    if isinstance(err, ConfigError | FileNotFoundError | ValueError):
+        return True
     from genrl.data.fileio import DiskFullError
     from genrl.loop.allocation import DynamicSamplingError
     from genrl.loop.optimization import NonFiniteLossError
@@ -173,20 +173,14 @@ def _is_user_error(err: Exception) -> bool:
     from loading.hub import ModelNotCachedError
     from reward_models import RewardError
 
-    # ValueError covers our own input checks (shapes, prompts, names); torch failures are
-    # RuntimeErrors and keep their traceback.
     return isinstance(
         err,
-        ConfigError
-        | CheckpointError
-        | RewardError
+        RewardError
         | NonFiniteLossError
         | DynamicSamplingError
         | DiskFullError
         | MissingExtraError
-        | ModelNotCachedError
-        | FileNotFoundError
-        | ValueError,
+        | ModelNotCachedError,
     )
 
 
@@ -199,26 +193,6 @@ def _configure_threads() -> None:
         torch.set_num_threads(1)
 
 
-def _load_config(args: argparse.Namespace, resume_dir: Path | None = None):
-    from genrl.recipes import DEFAULT_RECIPE, get_recipe
-    from genrl.run.config_file import config_from_file
-
-    if resume_dir is not None and args.recipe is None:
-        config = config_from_file(_run_dir_of(resume_dir) / "config.json")
-    else:
-        config = get_recipe(args.recipe or DEFAULT_RECIPE)
-    return config.apply_overrides(args.overrides)
-
-
-def _run_dir_of(path: Path) -> Path:
-    from genrl.checkpoints.checkpoint import CheckpointError, run_dir_of
-
-    run_dir = run_dir_of(path)  # the files are verified once, where they are loaded
-    if not (run_dir / "config.json").is_file():
-        raise CheckpointError(f"{run_dir} has no config.json; name the recipe explicitly")
-    return run_dir
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from genrl.checkpoints.run_dir import refuse_existing_run, resolve_run_dir
     from genrl.data.fileio import check_output_directory
@@ -227,8 +201,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.output_dir:
         check_output_directory(args.output_dir, "--output-dir")
     resume = Path(args.resume) if args.resume else None
-    config = _load_config(args, resume)
-    run_dir = resolve_run_dir(config, args.output_dir or (_run_dir_of(resume) if resume else None))
+    config = args.config
+    run_dir = resolve_run_dir(
+        config, args.output_dir or (run_dir_with_config(resume) if resume else None)
+    )
     if resume is None and not args.overwrite:
         refuse_existing_run(run_dir)  # before the models are built (the Trainer checks again)
     try:
@@ -277,7 +253,7 @@ def _trainer_for(args: argparse.Namespace):
     from genrl.loop.trainer import Trainer
 
     checkpoint = Path(args.checkpoint) if args.checkpoint else None
-    config = _load_config(args, checkpoint)
+    config = args.config
     config.logging.tensorboard = False
     # Verified before the model loads, so that a corrupt checkpoint fails fast; another
     # recipe may score it, but its policy must be the checkpoint's.
@@ -383,6 +359,9 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
 
     return run(args)
 
+
+# The commands that build a run from a config (checked before torch loads).
+_CONFIGURED = ("train", "eval", "sample", "export")
 
 _COMMANDS = {
     "train": cmd_train,

@@ -13,21 +13,19 @@ policy term is the policy gradient ``-A grad log p`` with ``log p = -g(e, t)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowEndpoints, NoisedEndpoints
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages
 from genrl.objectives.base import StepContext
 from genrl.objectives.losses import Metrics
-from genrl.objectives.regression import EndpointRegression, NoisingConfig, unit_velocity
+from genrl.objectives.regression import EndpointRegression, unit_velocity
+from genrl.objectives.regression_configs import AWMObjectiveConfig, Weighting
 from genrl.objectives.regression_losses import per_sample_mean
 from genrl.policies.protocols import FlowPolicy
-
-Weighting = Literal["uniform", "t", "ghuber"]
 
 # The released code adds this inside the power so that its gradient stays finite at e = 0.
 GHUBER_OFFSET = 1e-10
@@ -114,53 +112,6 @@ class AdvantageWeightedMatchingLoss:
             metrics[name] = kl.detach()
             loss = loss + weight * kl
         return loss, metrics
-
-
-@dataclass
-class AWMObjectiveConfig(NoisingConfig):
-    """AWM's fields (besides the noisings'); defaults are the released GenEval / OCR configs'
-    (``config/dgx_awm.py``: ``geneval_sd3_no_cfg_1node``, ``ocr_sd3_no_cfg_1node``)."""
-
-    noisings_per_sample: int = 6
-    """Noise levels trained per sample (released ``train_timesteps``: 6)."""
-    time_sampling: Literal["uniform", "linear", "logit_normal", "sampler_steps"] = "sampler_steps"
-    """``t`` among the sampler's own noise levels, stratified (released ``time_type``
-    ``discrete_wo_init``); the other densities use ``time_min``, ``time_max`` without strata."""
-    skip_first_level: bool = True
-    """With ``sampler_steps``: leave out the sampler's first level ``sigma_0`` (released
-    ``discrete_wo_init`` for GenEval / OCR; PickScore's ``discrete`` keeps it: False)."""
-    level_fraction: float = 0.9
-    """With ``sampler_steps``: draw from the levels before index ``int(fraction * num_steps)``
-    (released ``timestep_fraction``: 0.9)."""
-    weighting: Weighting = "ghuber"
-    """Per-unit loss ``g(e, t)`` (released ``weighting``: ``ghuber``)."""
-    ghuber_power: float = 0.25
-    """Power of the generalised Huber loss (released: 0.25)."""
-    beta: float = 0.001
-    """KL to the frozen model (released ``train.beta``: 0.001 GenEval; 0.003 OCR, 1e-4
-    PickScore; 0 skips its forward)."""
-    lagged_beta: float = 1.0
-    """KL to the lagged EMA copy (released ``ema_beta``: 1; 0 skips the copy)."""
-    advantage_clip: float = 5.0
-    """Advantages clipped to +-this (released ``adv_clip_max``: 5) ..."""
-    advantage_max: float = 1.0
-    """... then scaled by ``advantage_max / advantage_clip`` (released ``advantage_max``: 1), so
-    they lie in ``[-1, 1]``."""
-    std_mode: Literal["group", "global", "none"] = "global"
-    """Advantage normaliser after the per-prompt mean (released ``global_std``: True)."""
-
-    def validate_objective(self) -> None:
-        self.validate_noising()
-        if self.beta < 0 or self.lagged_beta < 0:
-            raise ConfigError("algorithm.beta and algorithm.lagged_beta must be >= 0")
-        if self.ghuber_power <= 0:
-            raise ConfigError(f"algorithm.ghuber_power must be positive, got {self.ghuber_power}")
-        if not 0 < self.level_fraction <= 1:
-            raise ConfigError(
-                f"algorithm.level_fraction must lie in (0, 1], got {self.level_fraction}"
-            )
-        if self.advantage_clip <= 0 or self.advantage_max <= 0:
-            raise ConfigError("algorithm.advantage_clip and algorithm.advantage_max must be > 0")
 
 
 def stratified_level_indices(

@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from genrl.config.errors import ConfigError
+from genrl.objectives.flow_configs import validate_median_groups as validate_median_groups
 
 StdMode = Literal["group", "global", "none"]
 STD_MODES: tuple[str, ...] = ("group", "global", "none")
@@ -299,15 +299,6 @@ def median_centered_advantages(
         advantages[members] = a
         pivots[members[int((r == median).nonzero()[0, 0])]] = True
     return advantages, pivots
-
-
-def validate_median_groups(advantage: str, group_size: int) -> None:
-    """MC-GRPO needs groups of odd size ``G + 1``, so that the median is one sample's reward."""
-    if advantage == "median" and group_size % 2 == 0:
-        raise ConfigError(
-            "algorithm.advantage=median (MC-GRPO) needs an odd train.group_size (G + 1 samples "
-            f"per prompt, so that the median is one sample's reward), got {group_size}"
-        )
 
 
 def decoupled_group_rewards(

@@ -11,84 +11,22 @@ window; trajectories whose advantages are all zero are left out (``drop_zero_adv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowTrajectory, FlowTransitions, SharedRows
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.advantages import (
     PerPromptStatTracker,
     clip_advantages,
     median_centered_advantages,
-    validate_median_groups,
 )
 from genrl.objectives.base import Objective, StepContext
-from genrl.objectives.flow_steps import FlowStepLoss, FlowStepLossConfig
+from genrl.objectives.flow_configs import FlowPolicyGradientConfig
+from genrl.objectives.flow_steps import FlowStepLoss
 from genrl.objectives.losses import Metrics
 from genrl.policies.protocols import FlowPolicy
-
-
-@dataclass
-class FlowPolicyGradientConfig(FlowStepLossConfig):
-    """Fields of Flow-GRPO's objective (besides the step loss's)."""
-
-    kl_reward: float = 0.0
-    """Flow-GRPO's ``kl_reward``: every step's reward becomes the final reward minus this times
-    that step's KL to the reference, measured while sampling (one more forward per step), and
-    advantages are normalised step by step; 0 disables it."""
-    drop_zero_advantages: bool = True
-    """Leave trajectories whose advantages are all zero out of training, as Flow-GRPO does
-    (``train_sd3.py``); a few of them come back at random when too few remain to fill the
-    iteration's minibatches."""
-    timestep_fraction: float = 0.99
-    """Fraction of the sampling steps trained per trajectory (Flow-GRPO: 0.99 -> 9 of 10);
-    with an SDE window (``sampler.sde_window_size``) every window step is trained."""
-    timestep_selection: Literal["prefix", "random"] = "prefix"
-    """Which steps: the first ones in sampling order (the Flow-GRPO reference trains steps
-    0..k-1) or a random subset per trajectory (DanceGRPO-style)."""
-    std_mode: Literal["group", "global", "none"] = "global"
-    """Advantage normaliser: per-prompt std, std of the whole gathered batch (Flow-GRPO's SD3
-    configs, ``global_std``) or none."""
-    std_estimator: Literal["sample", "population"] = "population"
-    """Std of the normaliser: Flow-GRPO's ``np.std`` (population) or Bessel's (sample)."""
-    std_eps: float = 1e-4
-    """Added to the std (Flow-GRPO: 1e-4)."""
-    stat_history: int = 1
-    """Iterations of per-prompt rewards pooled in the baseline (1 = current batch only)."""
-    advantage: Literal["group", "median"] = "group"
-    """``group``: the per-prompt normalisation above; ``median``: MC-GRPO (Kim 2026): groups
-    of ``G + 1`` (an odd ``train.group_size``) centred on their median and scaled by its
-    absolute deviation, the median sample left out of training
-    (``genrl.objectives.advantages.median_centered_advantages``)."""
-    mad_eps: float = 1e-3
-    """``advantage=median``: added to the median absolute deviation (MC-GRPO: 1e-3)."""
-
-    def validate_objective(self, train_config: Any = None) -> None:
-        if not 0 < self.timestep_fraction <= 1:
-            raise ConfigError(
-                f"algorithm.timestep_fraction must lie in (0, 1], got {self.timestep_fraction}"
-            )
-        if self.stat_history < 1:
-            raise ConfigError(f"algorithm.stat_history must be >= 1, got {self.stat_history}")
-        if self.kl_reward < 0:
-            raise ConfigError(f"algorithm.kl_reward must be >= 0, got {self.kl_reward}")
-        if self.kl_reward > 0 and self.stat_history > 1:
-            raise ConfigError(
-                "algorithm.kl_reward gives one reward per step, which cannot be pooled over "
-                "iterations: set algorithm.stat_history=1"
-            )
-        if self.std_eps < 0:
-            raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
-        if self.advantage == "median" and (self.kl_reward > 0 or self.stat_history > 1):
-            raise ConfigError(
-                "algorithm.advantage=median centres each group of this iteration on its own "
-                "median: set algorithm.kl_reward=0 and algorithm.stat_history=1"
-            )
-        if train_config is not None:
-            validate_median_groups(self.advantage, train_config.train.group_size)
 
 
 class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions]):

@@ -13,12 +13,11 @@ implicit reward of a member at a noising shared by the group,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowEndpoints, NoisedEndpoints
 from genrl.data.rng import RolloutNoise
 from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages
@@ -26,10 +25,10 @@ from genrl.objectives.base import StepContext
 from genrl.objectives.losses import Metrics
 from genrl.objectives.regression import (
     EndpointRegression,
-    NoisingConfig,
     per_member_noise,
     unit_velocity,
 )
+from genrl.objectives.regression_configs import DGPOObjectiveConfig
 from genrl.objectives.regression_losses import per_sample_mean
 from genrl.policies.protocols import FlowPolicy
 
@@ -113,65 +112,6 @@ class GroupPreferenceLoss:
                 kl = torch.where(should_clip, kl.detach(), kl)
             loss = loss + self.kl_beta * kl.mean()
         return loss, metrics
-
-
-@dataclass
-class DGPOObjectiveConfig(NoisingConfig):
-    """DGPO's fields (besides the noisings'); defaults are the released OCR config's
-    (``config/dgpo.py: general_ocr_sd3_4gpu``, the README's default mode)."""
-
-    noisings_per_sample: int = 4
-    """Noise levels trained per group (released ``num_train_timesteps``: 4)."""
-    time_sampling: Literal["uniform", "linear", "logit_normal", "sampler_steps"] = "sampler_steps"
-    """``t`` among the sampler's own noise levels, as the released code does."""
-    sampler_levels: int | None = 7
-    """With ``sampler_steps``: draw only from the sampler's first (noisiest) levels, this many
-    (released ``trunc_steps + 1``: 7 of 10 for OCR, 5 for GenEval); None: all of them."""
-    beta: float = 100.0
-    """DPO scale ``beta_dpo`` of the group margin (released: 100; 10 PickScore)."""
-    kl_beta: float = 0.02
-    """Weight of ``mean (v - v_ref)^2`` (released ``train.beta``: 0.02 OCR/GenEval, 0.001
-    PickScore; 0 skips it)."""
-    clip_range: float | None = 0.01
-    """PPO-style clip of the flow-matching likelihood ratio against the lagged copy (released
-    ``clip_range`` with ``clip_dsm``: 0.01 OCR/GenEval); None: no clipping, no lagged forward."""
-    clip_kl: bool = False
-    """Detach the KL on clipped members too (released ``clip_kl``: False)."""
-    reference: Literal["frozen", "lagged"] = "frozen"
-    """The DPO reference: the frozen model (released default) or the lagged copy (released
-    ``use_ema_ref``, used with a far larger ``beta``, 2000-5000). The KL is always to the
-    frozen model."""
-    reference_guidance_scale: float = 1.0
-    """CFG of the frozen model's velocity (released ``kl_cfg``: 1.0 when sampling with CFG; 4.5
-    in the CFG-free mode). The current and lagged velocities never use CFG."""
-    advantage_clip: float = 5.0
-    """Advantages clipped to +-this before the loss (released ``adv_clip_max``: 5)."""
-    std_mode: Literal["group", "global", "none"] = "global"
-    """Advantage normaliser after the per-prompt mean (released ``global_std``: True for OCR and
-    PickScore, i.e. ``global``; False for GenEval, ``group``)."""
-    share_noise: bool = True
-    """One ``eps`` per group and noising (released ``use_shared_noise``: True); False draws one
-    per member (``t`` is always shared)."""
-
-    def validate_objective(self) -> None:
-        self.validate_noising()
-        if self.beta <= 0:
-            raise ConfigError(f"algorithm.beta must be positive, got {self.beta}")
-        if self.kl_beta < 0:
-            raise ConfigError(f"algorithm.kl_beta must be >= 0, got {self.kl_beta}")
-        if self.clip_range is not None and self.clip_range <= 0:
-            raise ConfigError(f"algorithm.clip_range must be positive, got {self.clip_range}")
-        if self.sampler_levels is not None and self.sampler_levels < 1:
-            raise ConfigError(f"algorithm.sampler_levels must be >= 1, got {self.sampler_levels}")
-        if self.advantage_clip <= 0:
-            raise ConfigError(
-                f"algorithm.advantage_clip must be positive, got {self.advantage_clip}"
-            )
-
-    @property
-    def needs_lagged_copy(self) -> bool:
-        """The clip and the ``lagged`` reference need the lagged copy's velocity."""
-        return self.clip_range is not None or self.reference == "lagged"
 
 
 class DGPOObjective(EndpointRegression):

@@ -14,13 +14,13 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from genrl.objectives.token_configs import AGGREGATIONS as AGGREGATIONS
 from samplers.base import reduce_event
 
 Metrics = dict[str, torch.Tensor]
 """Detached 0-dim tensors, by name."""
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant"]
-AGGREGATIONS: tuple[str, ...] = ("sequence_mean", "token_mean", "bnpo", "sequence_sum", "constant")
 LOG_RATIO_CLAMP = 20.0
 """verl clamps the log-ratio to +-20 before ``exp`` (``core_algos.compute_policy_loss_vanilla``):
 ``exp(20)`` is finite in float32, ``exp(100)`` is not, and an infinite unclipped term turns the

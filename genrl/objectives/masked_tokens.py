@@ -15,58 +15,15 @@ Every (sample, view) pair is a training unit; ``train.inner_epochs`` passes over
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import MaskedSamples, MaskedUnits
 from genrl.data.rng import RolloutNoise, Streams
-from genrl.objectives.dllm_estimators import ESTIMATORS, LikelihoodEstimator
+from genrl.objectives.token_configs import MaskedViewsConfig
 from genrl.objectives.tokens import TokenObjective
 from genrl.policies.protocols import MaskedTokenPolicy
-from samplers.masked import MaskedDiffusionSampler
-
-
-@dataclass
-class MaskedViewsConfig:
-    """Fields choosing the corrupted views a masked-diffusion LM's tokens are scored under."""
-
-    estimator: Literal["maskgrpo", "d1", "random_ratio", "trace"] = "maskgrpo"
-    """Likelihood estimator (``genrl/objectives/dllm_estimators.py``)."""
-    num_iterations: int = 12
-    """Corrupted views per rollout sample (MaskGRPO's and d1's inner iterations, mu: 12 in both
-    released recipes). The ``trace`` estimator is deterministic and uses one per sampling step."""
-    mask_ratio_floor: float = 0.6
-    """MaskGRPO: first mask ratio ``m`` of ``t_j = m + (1 - m)(j + 1)/mu`` (text: 0.6)."""
-    post_eos: Literal["count", "exclude"] = "count"
-    """MaskGRPO's views: ``count`` masks and scores completion positions after the end token
-    like any other, as the released code does (its loss mask is the re-masking mask), so a view
-    does not reveal where the answer ends; ``exclude`` never masks or counts them."""
-    prompt_mask_prob: float = 0.15
-    """d1: probability of masking each prompt token."""
-
-    def validate_views(self, train_config: Any = None) -> None:
-        if self.estimator not in ESTIMATORS:
-            raise ConfigError(f"algorithm.estimator must be one of {sorted(ESTIMATORS)}")
-        if self.num_iterations < 1:
-            raise ConfigError("algorithm.num_iterations must be >= 1")
-        if train_config is not None:
-            g = train_config.generation
-            MaskedDiffusionSampler(g.diffusion_steps or g.max_new_tokens, g.block_length).schedule(
-                g.max_new_tokens
-            )
-
-    def make_estimator(self) -> LikelihoodEstimator:
-        options: dict[str, Any] = {
-            "maskgrpo": {
-                "ratio_floor": self.mask_ratio_floor,
-                "count_tail": self.post_eos == "count",
-            },
-            "d1": {"prompt_mask_prob": self.prompt_mask_prob},
-        }.get(self.estimator, {})
-        return ESTIMATORS[self.estimator](**options)
 
 
 class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples, MaskedUnits]):

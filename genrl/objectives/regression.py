@@ -10,46 +10,15 @@ one unit is a whole group at one draw shared by its members.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowEndpoints, NoisedEndpoints, SharedRows
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.base import Objective
+from genrl.objectives.regression_configs import NoisingConfig
 from genrl.policies.protocols import FlowPolicy
-
-
-@dataclass
-class NoisingConfig:
-    """Fields of the noisings (each regression algorithm documents its defaults)."""
-
-    noisings_per_sample: int = 4
-    """Draws of ``(t, eps)`` per clean sample (RAM's K); each is one training unit (one unit
-    per group and draw for group losses)."""
-    time_sampling: Literal["uniform", "linear", "logit_normal", "sampler_steps"] = "uniform"
-    """Density of ``t`` on ``(time_min, time_max)``: uniform; ``linear``, density proportional to
-    ``t`` (more weight near noise; RAM); ``logit_normal``, ``sigmoid(N(0, 1))`` (SD3's
-    pretraining); ``sampler_steps``, uniform over the sampler's noise levels ``sigma_0 ..
-    sigma_{T-1}`` (DiffusionNFT's released code; the range is ignored)."""
-    time_min: float = 0.02
-    """Smallest ``t``: at ``t -> 0`` the state is the clean sample and the regression is
-    ill-conditioned for ``x_0``-space losses."""
-    time_max: float = 0.98
-    """Largest ``t``."""
-
-    def validate_noising(self) -> None:
-        if self.noisings_per_sample < 1:
-            raise ConfigError(
-                f"algorithm.noisings_per_sample must be >= 1, got {self.noisings_per_sample}"
-            )
-        if not 0 <= self.time_min < self.time_max <= 1:
-            raise ConfigError(
-                "need 0 <= algorithm.time_min < algorithm.time_max <= 1, got "
-                f"{self.time_min} and {self.time_max}"
-            )
 
 
 def sample_times(

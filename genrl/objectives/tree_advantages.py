@@ -31,8 +31,7 @@ from typing import Literal
 
 import torch
 
-Fusion = Literal["mean", "probability", "path_probability"]
-FUSIONS: tuple[str, ...] = ("mean", "probability", "path_probability")
+from genrl.objectives.flow_configs import FUSIONS, Fusion
 
 
 def _widths(factors: list[int]) -> list[int]:

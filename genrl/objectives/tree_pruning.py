@@ -25,38 +25,11 @@ flat edge indices (``tree * E_t + edge``) per trained step.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 
-from samplers.tree import TreeSchedule
-
-WidthPruning = Literal[
-    "none", "last_split_top", "last_split_best_worst", "sibling_top", "best_worst_paths"
-]
-WIDTH_PRUNING: tuple[str, ...] = (
-    "none",
-    "last_split_top",
-    "last_split_best_worst",
-    "sibling_top",
-    "best_worst_paths",
-)
-
-
-def pruned_depths(
-    depth_pruning: list[int],
-    slide_every: int,
-    stop_depth: int,
-    iteration: int,
-) -> list[int]:
-    """The pruned child depths at ``iteration``: ``depth_pruning`` moved one depth shallower every
-    ``slide_every`` iterations (0: fixed), never shallower than ``stop_depth`` for its first
-    depth (the reference's ``--depth_pruning_slide`` / ``_interval`` / ``_stop_depth``)."""
-    window = sorted(depth_pruning)
-    if not window or not slide_every:
-        return window
-    shift = min(iteration // slide_every, max(0, window[0] - stop_depth))
-    return [d - shift for d in window]
+from genrl.objectives.flow_configs import WIDTH_PRUNING, WidthPruning, pruned_depths
+from samplers.tree_schedule import TreeSchedule
 
 
 def kept_edges(

@@ -13,50 +13,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowEndpoints
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.policies.ema import EMA
 from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
+from genrl.rollouts.configs import LaggedCopyConfig
 from genrl.rollouts.flow import FlowRollout
 from samplers import FlowODESampler
-
-
-@dataclass
-class LaggedCopyConfig:
-    """Fields of the lagged copy that samples the endpoints (RAM, DiffusionNFT)."""
-
-    sampling_ema_decay: float = 0.0
-    """``old <- d old + (1 - d) theta`` before each iteration's sampling, with
-    ``d = min(sampling_ema_ramp * iteration, sampling_ema_decay)`` (0: the copy is the policy as
-    it was before the iteration's updates)."""
-    sampling_ema_ramp: float = 0.0
-    """Per-iteration growth of the lagged copy's decay (0: constant ``sampling_ema_decay``)."""
-    sampling_ema_delay: int = 0
-    """Iterations with decay 0 before the ramp starts (DiffusionNFT's OCR setting: 75)."""
-
-    def validate_lagged_copy(self) -> None:
-        if not 0 <= self.sampling_ema_decay < 1:
-            raise ConfigError(
-                f"algorithm.sampling_ema_decay must lie in [0, 1), got {self.sampling_ema_decay}"
-            )
-        if self.sampling_ema_ramp < 0 or self.sampling_ema_delay < 0:
-            raise ConfigError("algorithm.sampling_ema_ramp and sampling_ema_delay must be >= 0")
-
-    def lagged_decay(self, iteration: int) -> float:
-        """The lagged copy's decay at ``iteration``."""
-        if iteration < self.sampling_ema_delay:
-            return 0.0
-        if self.sampling_ema_ramp == 0:
-            return self.sampling_ema_decay
-        ramped = self.sampling_ema_ramp * (iteration - self.sampling_ema_delay)
-        return min(ramped, self.sampling_ema_decay)
 
 
 class EndpointRollout(FlowRollout[FlowEndpoints]):

@@ -9,83 +9,17 @@ trajectories with SDE windows (Flow-GRPO and its variants).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-from genrl.config.errors import ConfigError, unknown_message
 from genrl.data.batches import FlowBatch
 from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import OutputFn, Rollout
+from genrl.rollouts.configs import FlowSamplingConfig, StochasticSamplingConfig
 from samplers.flow_ode import integrate
 
 FB = TypeVar("FB", bound=FlowBatch)
-
-
-@dataclass
-class FlowSamplingConfig:
-    """``sampler.*``: the noise schedule, guidance and step counts of a flow rollout."""
-
-    num_steps: int = 10
-    """Sampling steps in rollouts (Flow-GRPO: 10)."""
-    shift: float | None = None
-    """SD3 time shift of a linear sigma schedule; None uses the model's own scheduler exactly as
-    its diffusers pipeline does (the embedded model: linear, shift 1)."""
-    guidance_scale: float = 1.0
-    """Classifier-free guidance in rollouts and training; 1 disables CFG (single forward)."""
-    eval_num_steps: int = 10
-    """Deterministic ODE steps of held-out evaluation (Flow-GRPO evaluates real models with
-    40)."""
-
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the field."""
-        for key in ("num_steps", "eval_num_steps"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"sampler.{key} must be >= 1, got {getattr(self, key)}")
-        if self.shift is not None and self.shift <= 0:
-            raise ConfigError(f"sampler.shift must be positive or none, got {self.shift}")
-        if self.guidance_scale < 1:
-            raise ConfigError(
-                f"sampler.guidance_scale must be >= 1 (1 = no CFG), got {self.guidance_scale}"
-            )
-
-
-@dataclass
-class StochasticSamplingConfig(FlowSamplingConfig):
-    """``sampler.*`` of rollouts made of stochastic steps with log-probs."""
-
-    name: str = "flow_sde"
-    """Stochastic sampler (registry ``samplers.SAMPLERS``): ``flow_sde`` (Flow-GRPO),
-    ``flow_sde_linear`` (Flow-GRPO's Wan variant, diffusion linear in the noise level),
-    ``dance_sde`` (DanceGRPO, constant diffusion) or ``flow_cps`` (coefficients-preserving)."""
-    noise_level: float = 0.7
-    """Noise of the stochastic sampler: ``a`` in Flow-GRPO's ``sigma_s = a*sqrt(s/(1-s))``
-    (0.7), the factor on ``flow_sde_linear``'s ``sigma_s ~ s`` (1.0), DanceGRPO's constant
-    ``eta`` (0.3), or CPS's ``a`` in ``std = s_next*sin(a*pi/2)``."""
-    log_prob_reduction: Literal["mean", "sum"] = "mean"
-    """Reduce per-element log-probs by mean (Flow-GRPO; clip ranges ~1e-4) or sum."""
-
-    def validate(self) -> None:
-        super().validate()
-        from samplers import SAMPLERS
-
-        if self.name not in SAMPLERS:
-            raise ConfigError(
-                unknown_message(self.name, list(SAMPLERS), "sampler.name", value=True)
-            )
-        low, high = getattr(SAMPLERS[self.name], "noise_level_range", (0.0, float("inf")))
-        if not low <= self.noise_level <= high:
-            raise ConfigError(
-                f"sampler.noise_level must lie in [{low}, {high}] for {self.name}, "
-                f"got {self.noise_level}"
-            )
-        if not getattr(SAMPLERS[self.name], "stochastic", False):
-            stochastic = [n for n, c in SAMPLERS.items() if getattr(c, "stochastic", False)]
-            raise ConfigError(
-                f"sampler.name={self.name!r} is deterministic; rollouts need a stochastic "
-                f"sampler ({', '.join(stochastic)})"
-            )
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ current velocity with the same sampler (bit for bit what sampling computed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -21,72 +21,9 @@ from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.losses import gaussian_mean_kl
 from genrl.policies.protocols import FlowPolicy
 from genrl.rollouts.base import Chunk, ChunkStream, chunk_rows
-from genrl.rollouts.flow import FlowRollout, StochasticSamplingConfig
+from genrl.rollouts.flow import FlowRollout
 from samplers import SAMPLERS, FlowODESampler, GaussianFlowSampler, StepOutput
 from samplers.windows import possible_window_starts, sde_window_mask, sde_window_start
-
-
-@dataclass
-class SDESamplingConfig(StochasticSamplingConfig):
-    """``sampler.*`` of trajectories with a window of stochastic steps (Flow-GRPO, -Fast,
-    MixGRPO; DanceGRPO and CPS through ``name``)."""
-
-    sde_window_size: int = 0
-    """Stochastic steps per trajectory; 0 makes every step stochastic (Flow-GRPO). With ``k > 0``
-    only a window of ``k`` consecutive steps is stochastic (and trained); the others are ODE
-    steps (Flow-GRPO-Fast: 2-3; MixGRPO: 4)."""
-    sde_window_schedule: Literal["random", "progressive", "decay"] = "random"
-    """Where the window sits: ``random`` draws its start each iteration from
-    ``sde_window_range`` (Flow-GRPO-Fast, MixGRPO-random); ``progressive`` slides it from the
-    first step towards the last by ``sde_window_stride`` every ``sde_window_shift_every``
-    iterations (MixGRPO); ``decay`` slides it likewise with an interval that shrinks linearly in
-    the window's position from ``sde_window_shift_every`` to ``sde_window_shift_every_min``
-    (MixGRPO's ``decay``; its defaults 10 and 1)."""
-    sde_window_range: list[int] | None = None
-    """``[first, last)``: the steps a random window lies within (Flow-GRPO-Fast:
-    ``[0, num_steps // 2]``); None allows every position."""
-    sde_window_stride: int = 1
-    """Steps the progressive window advances per shift."""
-    sde_window_shift_every: int = 25
-    """Iterations between shifts of the progressive window (the first interval of ``decay``)."""
-    sde_window_shift_every_min: int = 1
-    """Last interval of the ``decay`` schedule."""
-    sde_window_wrap: bool = False
-    """A sliding window that has passed the last step starts again at step 0 (MixGRPO's
-    ``--roll_back``, used by its released scripts); otherwise it stays at the end."""
-    same_initial_noise: bool = False
-    """Every sample of a group starts from the same noise. With a window that starts after
-    step 0 the ODE prefix is then identical within a group and computed once per prompt
-    (Flow-GRPO-Fast's branching)."""
-
-    def validate(self) -> None:
-        super().validate()
-        if self.sde_window_size < 0 or self.sde_window_size > self.num_steps:
-            raise ConfigError(
-                f"sampler.sde_window_size must lie in [0, sampler.num_steps={self.num_steps}], "
-                f"got {self.sde_window_size}"
-            )
-        intervals = (self.sde_window_stride, self.sde_window_shift_every,
-                     self.sde_window_shift_every_min)  # fmt: skip
-        if min(intervals) < 1:
-            raise ConfigError(
-                "sampler.sde_window_stride, sde_window_shift_every and sde_window_shift_every_min "
-                "must be >= 1"
-            )
-        if self.sde_window_range is None:
-            return
-        if self.sde_window_size == 0 or self.sde_window_schedule != "random":
-            raise ConfigError(
-                "sampler.sde_window_range applies to a random window only: set "
-                "sampler.sde_window_size > 0 and sde_window_schedule=random, or drop the range"
-            )
-        r, k, n = self.sde_window_range, self.sde_window_size, self.num_steps
-        if len(r) != 2 or not (r[0] >= 0 and r[0] + k <= r[1] <= n):
-            raise ConfigError(
-                f"sampler.sde_window_range must be [first, last) steps that hold the "
-                f"{k}-step window within {n} steps (0 <= first, first + {k} <= last <= {n}), "
-                f"got {r}"
-            )
 
 
 @dataclass

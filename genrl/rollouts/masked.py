@@ -8,39 +8,17 @@ which positions precede the end token, and the step at which each token was reve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import MaskedSamples
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.policies.protocols import MaskedTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
-from genrl.rollouts.tokens import EVAL_SEED_STRIDE, TokenGenerationConfig, temperature_words
+from genrl.rollouts.configs import UnmaskingConfig
+from genrl.rollouts.tokens import EVAL_SEED_STRIDE, temperature_words
 from samplers.masked import MaskedDiffusionSampler
-
-
-@dataclass
-class UnmaskingConfig(TokenGenerationConfig):
-    """``generation.*`` of masked-diffusion rollouts (``max_new_tokens`` is the fixed
-    completion length)."""
-
-    diffusion_steps: int = 0
-    """Unmasking steps over the completion (0 = one token per step)."""
-    block_length: int | None = None
-    """Semi-autoregressive block size (None = one block)."""
-    remasking: Literal["low_confidence", "random"] = "low_confidence"
-    """Reveal the most confident predictions or random positions."""
-
-    def validate(self) -> None:
-        super().validate()
-        steps = self.diffusion_steps or self.max_new_tokens
-        try:
-            MaskedDiffusionSampler(steps, self.block_length).schedule(self.max_new_tokens)
-        except ValueError as err:
-            raise ConfigError(f"generation: {err}") from None
 
 
 class UnmaskingRollout(Rollout[MaskedTokenPolicy, MaskedSamples]):

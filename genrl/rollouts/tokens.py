@@ -10,82 +10,20 @@ repeats; the engine's are kept beside them to measure, and optionally correct, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import TokenRollout
 from genrl.data.rng import RolloutNoise
 from genrl.policies.protocols import CausalTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
-from genrl.rollouts.engines import build_engine, check_engine
+from genrl.rollouts.configs import GenerationConfig, TokenGenerationConfig
+from genrl.rollouts.engines import build_engine
 from samplers.autoregressive import TokenSampler
 
 # Held-out chunks draw from ``Generator(seed * EVAL_SEED_STRIDE + first sample index)``.
 EVAL_SEED_STRIDE = 100_003
-
-
-@dataclass
-class TokenGenerationConfig:
-    """``generation.*`` of every token rollout."""
-
-    max_new_tokens: int = 64
-    """Completion length limit in tokens (TRL: ``max_completion_length``); a masked-diffusion
-    LM's fixed completion length."""
-    temperature: float = 1.0
-    """Sampling temperature of token rollouts; log-probs are scored at the same temperature."""
-    eval_temperature: float = 0.0
-    """Temperature of held-out evaluation; 0 decodes greedily (one sample per prompt suffices)."""
-
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the field."""
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"generation.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0 or self.eval_temperature < 0:
-            raise ConfigError("generation.temperature and eval_temperature must be >= 0")
-
-
-@dataclass
-class GenerationConfig(TokenGenerationConfig):
-    """``generation.*`` of autoregressive rollouts."""
-
-    top_k: int = 0
-    """Sample among the ``k`` most likely tokens (0 = all)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1 = all); top-k/top-p restrict sampling but not the scored density."""
-    stop_strings: list[str] = field(default_factory=list)
-    """Cut a completion after the first of these strings; later tokens are not trained."""
-    engine: str = "loop"
-    """What samples the training rollouts (``genrl/rollouts/engines``): ``loop``, the built-in
-    sampling loop over the policy's forward (exact, no second copy of the weights); ``vllm``, a
-    colocated ``vllm.LLM`` on the policy's checkpoint (causal LMs; needs vLLM installed, see
-    docs/algorithms/grpo.md), whose weights follow the trainer's after every update. Held-out
-    evaluation samples with the loop either way."""
-    engine_max_model_len: int = 0
-    """``engine=vllm``: the longest prompt plus completion the engine serves, in tokens (vLLM's
-    ``max_model_len``; at most the config's ``max_position_embeddings``); 0 takes that."""
-    engine_kv_cache_mb: int = 256
-    """``engine=vllm``: memory for the engine's key-value cache in MiB (vLLM's
-    ``kv_cache_memory_bytes``), on the CPU or the accelerator; bounds how many sequences it
-    runs at once."""
-    engine_eager: bool = True
-    """``engine=vllm``: run the model eagerly (no CUDA graphs or compilation): starts in seconds;
-    set false on an accelerator for throughput."""
-
-    def validate(self) -> None:
-        super().validate()
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ConfigError(
-                f"generation.top_k must be >= 0 and top_p in (0, 1], got {self.top_k}, {self.top_p}"
-            )
-        check_engine(self.engine)
-        if self.engine_max_model_len < 0 or self.engine_kv_cache_mb < 1:
-            raise ConfigError(
-                "generation.engine_max_model_len must be >= 0 and engine_kv_cache_mb >= 1, got "
-                f"{self.engine_max_model_len}, {self.engine_kv_cache_mb}"
-            )
 
 
 class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):

@@ -10,77 +10,18 @@ level at the splits). ``rescore`` scores an edge under the step that drew it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from genrl.config.errors import ConfigError
 from genrl.data.batches import FlowTransitions, SharedRows, TreeTrajectories
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.policies.protocols import FlowPolicy
+from genrl.rollouts.configs import BranchingRolloutConfig
 from genrl.rollouts.flow import FlowRollout
 from samplers import SAMPLERS, FlowODESampler, StepOutput
 from samplers.scaled_noise import ScaledNoiseSampler
-from samplers.tree import TreeSampler, TreeSchedule
-
-
-@dataclass
-class BranchingRolloutConfig:
-    """Fields of the tree rollout (BranchGRPO documents its defaults)."""
-
-    split_steps: list[int] = field(default_factory=lambda: [0, 2, 4, 6])
-    """Steps at which every node splits (the reference's ``--tree_split_points``)."""
-    branching: list[int] = field(default_factory=lambda: [2, 2, 2, 2])
-    """Children per node at each split (the reference always splits in 2); their product must
-    equal ``train.group_size``."""
-    split_noise_scale: float = 1.0
-    """Multiplier of the noise of the split steps, drift unchanged (the reference's
-    ``--tree_split_noise_scale``; its FLUX script uses 4)."""
-    split_log_prob: Literal["base", "drawn"] = "base"
-    """Density split edges are scored under: the base step's (the reference) or the one they
-    were drawn from, with the noise scaled."""
-    split_noise_level: float | None = None
-    """Instead of scaling the noise, run the split steps with a sampler of this noise level (its
-    own drift and density); None keeps the reference's scaled noise."""
-    ode_steps: list[int] = field(default_factory=list)
-    """Deterministic steps (BranchGRPO-Mix: ODE outside the branching region); never trained."""
-    max_batch: int = 0
-    """Nodes per model forward in the rollout (0: all live nodes of a step at once)."""
-
-    def schedule(self, num_steps: int) -> TreeSchedule:
-        return TreeSchedule(num_steps, tuple(self.split_steps), tuple(self.branching),
-                            tuple(self.ode_steps))  # fmt: skip
-
-    def validate_rollout(self, train_config: Any = None) -> None:
-        """Raise ``ConfigError`` naming the field that cannot work."""
-        if not self.split_noise_scale > 0:
-            raise ConfigError(
-                f"algorithm.split_noise_scale must be > 0, got {self.split_noise_scale}"
-            )
-        if self.split_noise_level is not None and self.split_noise_scale != 1:
-            raise ConfigError(
-                "algorithm.split_noise_level and split_noise_scale are two ways to widen the "
-                "splits: set one of them"
-            )
-        if self.max_batch < 0:
-            raise ConfigError(f"algorithm.max_batch must be >= 0, got {self.max_batch}")
-        if train_config is None:
-            return
-        t, s = train_config.train, train_config.sampler
-        try:
-            schedule = self.schedule(s.num_steps)
-        except ValueError as err:
-            raise ConfigError(f"algorithm: {err}") from None
-        if t.group_size != schedule.num_leaves:
-            raise ConfigError(
-                f"train.group_size ({t.group_size}) must equal the tree's leaves "
-                f"(prod of algorithm.branching = {schedule.num_leaves})"
-            )
-        if t.dynamic_sampling:
-            raise ConfigError(
-                "branch_grpo trains whole trees: train.dynamic_sampling is not supported"
-            )
+from samplers.tree import TreeSampler
 
 
 class BranchingRollout(FlowRollout[TreeTrajectories]):

@@ -16,12 +16,12 @@ from genrl.algorithms.base import AlgorithmConfig
 from genrl.config.errors import ConfigError, unknown_message
 from genrl.config.overrides import apply_override, parse_assignment, to_dict
 from genrl.config.typed import check_finite
-from genrl.rollouts.flow import FlowSamplingConfig as FlowSamplingConfig
-from genrl.rollouts.flow import StochasticSamplingConfig as StochasticSamplingConfig
-from genrl.rollouts.flow_sde import SDESamplingConfig as SDESamplingConfig
-from genrl.rollouts.masked import UnmaskingConfig as UnmaskingConfig
-from genrl.rollouts.tokens import GenerationConfig as GenerationConfig
-from genrl.rollouts.tokens import TokenGenerationConfig
+from genrl.rollouts.configs import FlowSamplingConfig as FlowSamplingConfig
+from genrl.rollouts.configs import GenerationConfig as GenerationConfig
+from genrl.rollouts.configs import SDESamplingConfig as SDESamplingConfig
+from genrl.rollouts.configs import StochasticSamplingConfig as StochasticSamplingConfig
+from genrl.rollouts.configs import TokenGenerationConfig
+from genrl.rollouts.configs import UnmaskingConfig as UnmaskingConfig
 
 # Config sections that belong to the run's rollout; ``Algorithm.sections`` names their classes.
 ROLLOUT_SECTIONS = ("sampler", "generation")

@@ -1,19 +1,22 @@
 """Rollout engines of the token policies, built by name (``generation.engine``).
 
 The registry maps a name to a ``"module:Class"`` string imported only when the engine is built,
-so that importing genrl never imports an inference engine; ``requires`` names the library an
+so that importing genrl never imports an inference engine; ``REQUIRES`` names the library an
 engine needs, so that a run asking for one that is not installed fails at config time with one
-line, not deep in the first rollout.
+line, not deep in the first rollout. Nothing here imports torch: the config check runs before
+torch loads (``genrl/rollouts/configs.py``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genrl.config.errors import ConfigError, unknown_message
-from genrl.rollouts.engines.base import TokenEngine
+
+if TYPE_CHECKING:
+    from genrl.rollouts.engines.base import TokenEngine
 
 # name -> "module:Class" of a ``TokenEngine``.
 ENGINES: dict[str, str] = {
@@ -51,4 +54,4 @@ def build_engine(name: str, train_config: Any) -> TokenEngine:
     return engine
 
 
-__all__ = ["ENGINES", "TokenEngine", "build_engine", "check_engine"]
+__all__ = ["ENGINES", "REQUIRES", "build_engine", "check_engine"]
