@@ -118,6 +118,25 @@ def test_weight_sync_makes_the_engine_follow_the_trainer(
     assert synced < TOLERANCE
 
 
+def test_the_recipe_batch_samples_in_one_call(
+    rollout: AutoregressiveRollout, checkpoint: Path
+) -> None:
+    """The recipe's 32 groups of 8 at once: more prompt tokens than one engine step takes,
+    which with chunked prefill made vLLM rewind a seeded CPU generator and fail."""
+    policy = full_policy(checkpoint)
+    rollout.sync_weights(policy)
+    # 25 tokens each: 6,400 prompt tokens against vLLM's 4,096 a step.
+    prompts = [
+        " ".join(str(a + k) for k in range(6)) + f" = {6 * a + 15} :"
+        for a in range(10, 42)
+        for _ in range(8)
+    ]
+    noise = RolloutNoise(0, 0, len(prompts), slice(0, len(prompts)))
+    batch = rollout.collect(policy, prompts, torch.arange(len(prompts)) // 8, noise)
+    assert batch.completion_mask.shape[0] == 256
+    assert log_prob_gap(rollout, policy, batch) < TOLERANCE
+
+
 def test_a_lora_adapter_reaches_the_engine_merged(
     rollout: AutoregressiveRollout, checkpoint: Path
 ) -> None:

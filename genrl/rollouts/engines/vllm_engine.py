@@ -26,6 +26,9 @@ How it is driven, and why:
   ``qkv_proj``), all of them at each sync, because a fused layer reloaded in part would be
   left half-initialised; the prefix cache is reset after it (its keys and values came from the
   old weights).
+- Chunked prefill is off: vLLM discards the first sample of a prompt prefilled in pieces and
+  rewinds its seeded generator, which a CPU generator cannot do (a batch of 256 Countdown
+  prompts failed so on the CPU).
 """
 
 from __future__ import annotations
@@ -90,6 +93,10 @@ class VLLMEngine(TokenEngine):
             enforce_eager=g.engine_eager,
             kv_cache_memory_bytes=g.engine_kv_cache_mb * 2**20,
             logprobs_mode="processed_logprobs",
+            # A prompt prefilled in chunks has its first sample discarded and its seeded
+            # generator rewound, which the CPU generator cannot do (RuntimeError: CPU Generator
+            # does not use offset): every prompt is prefilled in one step instead.
+            enable_chunked_prefill=False,
             trust_remote_code=bool(config.policy.kwargs.get("trust_remote_code", False)),
         )
         self.sync_weights(policy)
