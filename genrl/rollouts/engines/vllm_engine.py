@@ -16,8 +16,8 @@ How it is driven, and why:
   tokenizer vLLM loads from the checkpoint only detokenizes for the stop strings.
 - Consecutive identical prompts (a group) are one request with ``n`` samples, seeded from the
   run's ``Streams.TOKEN_SAMPLING`` stream at the group's first sample's index in the global
-  batch (vLLM seeds sample ``j`` of the request with ``seed + j``), so a group draws the same
-  completions on any number of processes and after a resume.
+  batch (vLLM seeds sample ``j`` of the request with ``seed + j``), so the seeds follow a
+  sample's place in the global batch, not the process layout, and a resume draws them again.
 - ``logprobs_mode="processed_logprobs"``: the log-probs of the distribution sampled from, after
   temperature (and top-k/top-p when set), which is training's ``log_softmax(logits / T)`` when
   top-k/top-p are off; vLLM's default (raw) ignores the temperature.
