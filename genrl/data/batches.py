@@ -353,6 +353,9 @@ class TokenRollout(Batch):
             (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
         model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->
             ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
+        sampler_log_probs: ``[N, T]`` float32 log-probs of the completion tokens as the rollout
+            engine sampled them (0 outside the mask), beside training's recomputation for the
+            mismatch metrics and truncated importance sampling; None where not recorded.
     """
 
     prompts: list[str]
@@ -367,6 +370,7 @@ class TokenRollout(Batch):
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     excluded: torch.Tensor | None = None
     model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    sampler_log_probs: torch.Tensor | None = None
 
     @property
     def completion_start(self) -> int:
@@ -417,6 +421,9 @@ class TokenRollout(Batch):
                     old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after if has_old else 0),
                     ref_log_probs=_pad_columns(b.ref_log_probs, 1, 0, after if has_ref else 0),
                     model_inputs=_pad_to(b.model_inputs, widest),
+                    sampler_log_probs=None
+                    if b.sampler_log_probs is None
+                    else _pad_columns(b.sampler_log_probs, 1, 0, after),
                 )
             )
         return super().concatenate(aligned)

@@ -138,6 +138,9 @@ class Trainer:
             units = self.objective.units(self.policy, trained, batch.noise)
         self.policy.module.train()
         update_metrics = self.updater.update(self.objective, units, batch.noise)
+        # An inference engine holds its own copy of the weights: it gets the new ones once per
+        # iteration, after the last optimizer step, since only the next rollout reads them.
+        sync_s = self.rollout.sync_weights(self.policy)
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
@@ -159,6 +162,8 @@ class Trainer:
         metrics.update(batch.extra_metrics)
         metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
         metrics["time/update_s"] = time.perf_counter() - t_update
+        if sync_s is not None:
+            metrics["time/weight_sync"] = sync_s
         metrics["time/iteration_s"] = time.perf_counter() - t_start
         metrics["time/samples_per_s"] = len(rewards) / max(batch.timings["rollout_s"], 1e-9)
         self.iteration += 1

@@ -268,10 +268,13 @@ class TokenClippedSurrogate:
         advantages: torch.Tensor,
         mask: torch.Tensor,
         tokens_per_minibatch: float | None = None,
+        token_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Metrics]:
         """Args: ``log_probs``/``old_log_probs``/``mask`` ``[B, T]``; ``advantages`` ``[B]``
         (one per sequence) or ``[B, T]`` (per token, e.g. process rewards);
-        ``tokens_per_minibatch`` the normaliser of the ``token_mean`` aggregation.
+        ``tokens_per_minibatch`` the normaliser of the ``token_mean`` aggregation;
+        ``token_weights`` ``[B, T]`` detached factors of each token's term (truncated
+        importance weights, ``genrl/objectives/mismatch.py``), None for 1.
 
         Returns the scalar loss and ``clip_fraction``, ``dual_clip_fraction``,
         ``ratio_mean/min/max``, ``approx_kl`` and ``ppo_kl`` over the counted tokens.
@@ -305,7 +308,8 @@ class TokenClippedSurrogate:
             self.clip_ratio_c,
             self.log_ratio_clamp,
         )
-        loss = aggregate(terms.loss, mask, self.aggregation, self.max_length, tokens_per_minibatch)
+        per_token = terms.loss if token_weights is None else terms.loss * token_weights.detach()
+        loss = aggregate(per_token, mask, self.aggregation, self.max_length, tokens_per_minibatch)
         if self.level == "sequence":
             # One ratio per sequence: report it once per sequence, not once per token.
             rows = counted.any(-1)
@@ -392,6 +396,7 @@ def token_policy_loss(
     kl_estimator: KLEstimator = "k3",
     tokens_per_minibatch: float | None = None,
     extra: dict[str, torch.Tensor] | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """The token objective of the GRPO family: the clipped surrogate plus ``kl_beta`` times the
     per-token KL to the reference, both reduced by ``surrogate.aggregation``.
@@ -403,11 +408,14 @@ def token_policy_loss(
 
     Metrics: the surrogate's, ``policy_loss``, and with a KL term ``kl_loss`` (the reduced term
     ``kl_beta`` multiplies) and ``kl`` (the mean per-token k3 over the counted tokens, what TRL
-    logs as ``kl``); ``extra`` values are added, detached.
+    logs as ``kl``); ``extra`` values are added, detached. ``token_weights`` scale the
+    surrogate's terms (not the KL's), as the surrogate's ``__call__`` says.
     """
     if old_log_probs.shape[-1] == 0:
         old_log_probs = log_probs.detach()
-    loss, metrics = surrogate(log_probs, old_log_probs, advantages, mask, tokens_per_minibatch)
+    loss, metrics = surrogate(
+        log_probs, old_log_probs, advantages, mask, tokens_per_minibatch, token_weights
+    )
     metrics["policy_loss"] = loss.detach()
     if kl_beta > 0:
         kl = token_kl(log_probs, ref_log_probs, kl_estimator, mask)

@@ -88,6 +88,12 @@ class TokenPolicyGradientConfig:
     which is the paper's unstabilised single-rollout baseline (MVSR)."""
     mssr_entropy_kappa: float = 2.0
     """``advantage=mssr``: the bonus is at most ``|A| / kappa`` (released: ``entropy_kappa`` 2)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (Yao et al. 2025): weight each token's surrogate term by
+    ``min(pi_old / mu, tis_cap)``, ``mu`` the rollout engine's sampling probability and
+    ``pi_old`` training's recomputation (``genrl/objectives/mismatch.py``; verl's rollout
+    correction uses 2). None: no correction; the mismatch is logged either way
+    (``loss/mismatch_*``)."""
     mssr_entropy: Literal["full", "sampled"] = "full"
     """``advantage=mssr``: the per-token entropy ``H``: ``full``, the entropy of the whole
     sampling distribution ``-sum_v p_v log p_v`` (the definition the released code's docstring
@@ -115,6 +121,8 @@ class TokenPolicyGradientConfig:
             raise ConfigError(f"algorithm.clip_ratio_c must be > 1, got {self.clip_ratio_c}")
         if self.std_eps < 0:
             raise ConfigError(f"algorithm.std_eps must be >= 0, got {self.std_eps}")
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            raise ConfigError(f"algorithm.tis_cap must be > 0 (or null), got {self.tis_cap}")
         if train_config is not None:
             if train_config.generation.temperature <= 0:
                 raise ConfigError(

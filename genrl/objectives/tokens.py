@@ -38,6 +38,7 @@ from genrl.objectives.advantages import (
 )
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.objectives.losses import Metrics, TokenClippedSurrogate, token_policy_loss
+from genrl.objectives.mismatch import sampler_mismatch
 from genrl.objectives.token_configs import TokenPolicyGradientConfig
 from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
 
@@ -174,10 +175,24 @@ class TokenObjective(Objective[TP, TB, TU]):
     def loss(
         self, policy: TP, minibatch: TU, step: StepContext | None = None
     ) -> tuple[torch.Tensor, Metrics]:
+        """The token policy loss; where the units carry the rollout engine's log-probs, their
+        mismatch with training's (the old log-probs, or this forward's when the iteration is
+        one optimizer step and so still on the old weights) is logged and, with
+        ``algorithm.tis_cap``, corrected by truncated importance weights."""
         mb: Any = minibatch  # every token unit type has these fields
+        log_probs = self.log_probs(policy, mb)
+        extra = self.extra_metrics(mb)
+        weights = None
+        sampled = getattr(mb, "sampler_log_probs", None)
+        if sampled is not None:
+            trainer = mb.old_log_probs if mb.old_log_probs.shape[-1] else log_probs.detach()
+            weights, mismatch = sampler_mismatch(
+                trainer, sampled, self.counted(mb), self.config.tis_cap
+            )
+            extra.update(mismatch)
         return token_policy_loss(
             self.surrogate,
-            self.log_probs(policy, mb),
+            log_probs,
             mb.old_log_probs,
             mb.ref_log_probs,
             mb.advantages,
@@ -185,7 +200,8 @@ class TokenObjective(Objective[TP, TB, TU]):
             kl_beta=self.config.kl_beta,
             kl_estimator=self.config.kl_estimator,
             tokens_per_minibatch=step.tokens_per_minibatch if step is not None else None,
-            extra=self.extra_metrics(mb),
+            extra=extra,
+            token_weights=weights,
         )
 
 

@@ -197,6 +197,25 @@ class EntropyTokenPolicy(TokenPolicy, Protocol):
         ...
 
 
+@runtime_checkable
+class EngineTokenPolicy(CausalTokenPolicy, Protocol):
+    """A causal LM an inference engine can serve (``generation.engine=vllm``): the engine loads
+    ``checkpoint`` and then follows the trainer through ``engine_weights``."""
+
+    checkpoint: str
+    """The directory (or hub id) the model was loaded from: config, weights and tokenizer."""
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the parameters are sharded over processes (FSDP2)."""
+        ...
+
+    def engine_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """Every weight of the model the policy samples from, in the checkpoint's names (a LoRA
+        adapter merged into its base weights)."""
+        ...
+
+
 P = TypeVar("P", bound=Policy)
 
 
@@ -239,6 +258,7 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _image: FlowPolicy = image
         _video: FlowPolicy = video
         _causal: CausalTokenPolicy = causal
+        _engine: EngineTokenPolicy = causal
         _vlm: CausalTokenPolicy = vlm
         _entropy: EntropyTokenPolicy = causal
         _vlm_entropy: EntropyTokenPolicy = vlm
@@ -248,6 +268,7 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
 __all__ = [
     "CausalTokenPolicy",
     "Condition",
+    "EngineTokenPolicy",
     "EntropyTokenPolicy",
     "FlowPolicy",
     "MaskedTokenPolicy",

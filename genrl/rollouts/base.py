@@ -122,6 +122,13 @@ class Rollout(abc.ABC, Generic[P, B]):
         del policy, prompts, group_ids, samples
         raise TypeError(f"{type(self).__name__} cannot train from stored samples")
 
+    def sync_weights(self, policy: P) -> float | None:
+        """Called after each iteration's optimizer steps: make whatever samples the next
+        rollout hold the policy's new weights (an inference engine's copy); returns the seconds
+        it took, or None when the rollout samples from the policy itself (the default)."""
+        del policy
+        return None
+
     def describe(self) -> dict[str, Any]:
         """How this rollout samples, recorded with stored samples (``genrl/loop/offline.py``)."""
         return {"rollout": type(self).__name__}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from genrl.config.errors import ConfigError, unknown_message
+from genrl.rollouts.engines import check_engine
 from samplers.catalog import SAMPLER_CATALOG
 from samplers.masked_schedule import unmasking_schedule
 from samplers.tree_schedule import TreeSchedule
@@ -265,12 +266,34 @@ class GenerationConfig(TokenGenerationConfig):
     """Nucleus sampling mass (1 = all); top-k/top-p restrict sampling but not the scored density."""
     stop_strings: list[str] = field(default_factory=list)
     """Cut a completion after the first of these strings; later tokens are not trained."""
+    engine: str = "loop"
+    """What samples the training rollouts (``genrl/rollouts/engines``): ``loop``, the built-in
+    sampling loop over the policy's forward (exact, no second copy of the weights); ``vllm``, a
+    colocated ``vllm.LLM`` on the policy's checkpoint (causal LMs; needs vLLM installed, see
+    docs/algorithms/grpo.md), whose weights follow the trainer's after every update. Held-out
+    evaluation samples with the loop either way."""
+    engine_max_model_len: int = 0
+    """``engine=vllm``: the longest prompt plus completion the engine serves, in tokens (vLLM's
+    ``max_model_len``; at most the config's ``max_position_embeddings``); 0 takes that."""
+    engine_kv_cache_mb: int = 256
+    """``engine=vllm``: memory for the engine's key-value cache in MiB (vLLM's
+    ``kv_cache_memory_bytes``), on the CPU or the accelerator; bounds how many sequences it
+    runs at once."""
+    engine_eager: bool = True
+    """``engine=vllm``: run the model eagerly (no CUDA graphs or compilation): starts in seconds;
+    set false on an accelerator for throughput."""
 
     def validate(self) -> None:
         super().validate()
         if self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ConfigError(
                 f"generation.top_k must be >= 0 and top_p in (0, 1], got {self.top_k}, {self.top_p}"
+            )
+        check_engine(self.engine)
+        if self.engine_max_model_len < 0 or self.engine_kv_cache_mb < 1:
+            raise ConfigError(
+                "generation.engine_max_model_len must be >= 0 and engine_kv_cache_mb >= 1, got "
+                f"{self.engine_max_model_len}, {self.engine_kv_cache_mb}"
             )
 
 

@@ -1,9 +1,11 @@
 """Autoregressive token rollouts (the GRPO family's): completions sampled token by token.
 
-A group's completions are sampled at ``generation.temperature`` (with top-k / top-p) and cut at
-``generation.stop_strings``; the rollout records ids and masks only. The log-probs a loss
-compares against (old and reference) are the objective's to compute
-(``genrl/objectives/tokens.py``), from the same full forward that training repeats.
+A group's completions are sampled by the run's rollout engine (``generation.engine``,
+``genrl/rollouts/engines``: the built-in loop or vLLM) at ``generation.temperature`` (with top-k /
+top-p) and cut at ``generation.stop_strings``; the rollout records ids, masks and the engine's
+sampling log-probs. The log-probs a loss compares against (old and reference) are the
+objective's to compute (``genrl/objectives/tokens.py``), from the same full forward that training
+repeats; the engine's are kept beside them to measure, and optionally correct, the mismatch.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 import torch
 
 from genrl.data.batches import TokenRollout
-from genrl.data.rng import RolloutNoise, Streams
+from genrl.data.rng import RolloutNoise
 from genrl.policies.protocols import CausalTokenPolicy
 from genrl.rollouts.base import OutputFn, Rollout
 from genrl.rollouts.configs import GenerationConfig, TokenGenerationConfig
+from genrl.rollouts.engines import build_engine
 from samplers.autoregressive import TokenSampler
 
 # Held-out chunks draw from ``Generator(seed * EVAL_SEED_STRIDE + first sample index)``.
@@ -32,6 +35,7 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
     Attributes:
         sampler: the training sampler; the objective scores tokens with its temperature.
         eval_sampler: held-out completions at ``generation.eval_temperature``.
+        engine: what samples the training rollouts (``generation.engine``).
     """
 
     def __init__(self, train_config: Any) -> None:
@@ -39,6 +43,7 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
         g = train_config.generation
         self.sampler = TokenSampler(g.temperature, g.top_k, g.top_p)
         self.eval_sampler = TokenSampler(g.eval_temperature)
+        self.engine = build_engine(g.engine, train_config)
 
     @torch.no_grad()
     def collect(
@@ -51,9 +56,8 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
         g = self.train_config.generation
         prompt_ids, prompt_mask = policy.encode_prompts(prompts)
         extras = policy.model_inputs(prompts)
-        generator = noise.device_generator(Streams.TOKEN_SAMPLING, policy.device)
-        out = policy.generate(
-            prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, generator, extras
+        out = self.engine.generate(
+            policy, prompt_ids, prompt_mask, self.sampler, g.max_new_tokens, noise, extras
         )
         mask, finished = out.mask, out.finished
         if g.stop_strings:
@@ -75,7 +79,12 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
             finished=finished,
             advantages=torch.zeros(len(prompts), device=mask.device),
             model_inputs=extras,
+            sampler_log_probs=out.log_probs * mask,
         )
+
+    def sync_weights(self, policy: CausalTokenPolicy) -> float | None:
+        """The engine's weight sync (``TokenEngine.sync_weights``)."""
+        return self.engine.sync_weights(policy)
 
     def outputs(self, policy: CausalTokenPolicy, batch: TokenRollout) -> list[str]:
         del policy

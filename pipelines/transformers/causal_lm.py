@@ -16,7 +16,7 @@ real tokens only.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -63,6 +63,9 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
         if model is None or tokenizer is None:
             checkpoint = policy_checkpoint(pretrained, "causal LM")
             model, tokenizer = load_causal_lm(checkpoint, dtype, trust_remote_code, POLICY_HINTS)
+        # Where an inference engine loads this model from (generation.engine=vllm): the
+        # directory or hub id, or what an already built model was loaded from.
+        self.checkpoint = str(pretrained or getattr(model, "name_or_path", "") or "")
         self._adopt(
             model,
             tokenizer,
@@ -146,6 +149,40 @@ class CausalLMPolicy(TransformersPolicy, StopStrings):
             input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, **kwargs
         ).logits
         return logits[:, -(length + 1) : -1]
+
+    def engine_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """Every weight of the model this policy samples from, under the checkpoint's names, for
+        an inference engine to load: the parameters as they are under full fine-tuning; under
+        LoRA the base weights with each adapted layer's ``W + (alpha / r) B A`` merged in (the
+        engine then serves no adapter, and the policy's own weights are not touched, unlike
+        peft's ``merge_adapter``). Detached views, not copies, where nothing is merged.
+
+        Tied weights are listed under each of their names (``lm_head.weight`` beside the
+        embedding): vLLM's in-place reload restores each of its layers on its own, and a layer
+        that is sent nothing keeps its old tensors."""
+        if not self.is_lora:
+            state = self.network.state_dict(keep_vars=True)
+            return [(name, value.detach()) for name, value in state.items()]
+        from peft.tuners.lora import LoraLayer
+
+        base = cast(Any, self.network).get_base_model()
+        # Each concrete LoRA layer (Linear, Embedding, ...) defines get_delta_weight.
+        deltas = {
+            f"{name}.base_layer.weight": sum(
+                cast(Any, module).get_delta_weight(adapter) for adapter in module.active_adapters
+            )
+            for name, module in base.named_modules()
+            if isinstance(module, LoraLayer)
+        }
+        weights = []
+        for name, tensor in base.state_dict(keep_vars=True).items():
+            if ".lora_" in name:  # the adapter's own factors, already merged
+                continue
+            value = tensor.detach()
+            if name in deltas:
+                value = (value.float() + deltas[name]).to(value.dtype)
+            weights.append((name.replace(".base_layer.", "."), value))
+        return weights
 
     # -- training setup and export ------------------------------------------------------------------
     def default_lora_targets(self) -> list[str]:
