@@ -6,9 +6,11 @@
 
 A tiny Qwen3 over a character-level tokenizer, fine-tuned on ``prompt + solution + <eos>`` from
 the train split of ``tasks.countdown`` (loss on completion tokens only). It is left weak so
-GRPO has headroom: ``TRAIN["label_noise"]`` of the training completions are wrong equations over
-the right numbers (the digit flow model's noisy-label trick), so it often samples wrong equations
-at temperature 1. The build fails unless the held-out metrics land in ``ACCEPT``. One thread,
+GRPO has headroom: training stops at ``TRAIN["stop_step"]``, about half-way through the schedule
+planned over ``TRAIN["steps"]`` (the shapes VLM's early stop). Run to the end, the same training
+reaches 0.54 held-out greedy accuracy, so the stopped model is short of what this architecture
+learns from these problems rather than wrong by construction. The build fails unless the
+held-out metrics land in ``ACCEPT``. One thread,
 deterministic kernels, explicit generators: identical bits on the same machine and torch build.
 """
 
@@ -51,15 +53,21 @@ MODEL = {
 
 TRAIN = {
     "seed": 0,
+    # The learning-rate schedule is planned over ``steps``; training stops at ``stop_step``.
     "steps": 1500,
+    "stop_step": 800,
     "batch_size": 64,
     "lr": 3e-3,
     "warmup_steps": 100,
     "schedule": "linear warmup, cosine decay to 10%",
     "weight_decay": 0.01,
     "optimizer": "AdamW",
-    # Fraction of completions replaced by a wrong equation over the same numbers.
-    "label_noise": 0.1,
+    # Fraction of completions replaced by a wrong equation over the same numbers. The model
+    # shipped until 2026-12-03 used 0.1 and ran all 1500 steps (held-out greedy 0.37): GRPO
+    # gained +0.09 to +0.11 on it, flat after ~50 iterations, while from the early-stopped
+    # clean model it gains more (docs/algorithms/grpo.md). A draw is still taken per example, so
+    # the data order does not depend on this value.
+    "label_noise": 0.0,
     "data": "all train problems; each draw shuffles the numbers and picks a solution uniformly",
 }
 
@@ -134,7 +142,7 @@ def train(model: Any, tokenizer: Any) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     model.train()
     losses: list[float] = []
-    for step in range(cfg["steps"]):
+    for step in range(cfg["stop_step"]):
         texts, completion_lengths = [], []
         for numbers, target, good, bad in rng.choices(items, k=cfg["batch_size"]):
             shuffled = list(numbers)
@@ -222,7 +230,10 @@ def build(out: Path) -> dict[str, Any]:
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer))
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params} parameters; training {TRAIN['steps']} steps ...", flush=True)
+    print(
+        f"model: {params} parameters; training {TRAIN['stop_step']} of {TRAIN['steps']} steps ...",
+        flush=True,
+    )
     train_metrics = train(model, tokenizer)
     train_metrics["train_seconds"] = round(time.perf_counter() - start, 1)
     heldout = evaluate(model, tokenizer, "heldout")

@@ -16,20 +16,21 @@ from genrl.run.config import (
 
 
 def llm_countdown_grpo() -> TrainConfig:
-    """GRPO on the embedded 308k-parameter Countdown LM (held-out greedy accuracy 0.37).
+    """GRPO on the embedded 308k-parameter Countdown LM (held-out greedy accuracy 0.385).
 
     The completion is at most 7 characters plus the end token, hence 8 new tokens; groups of 8
-    at temperature 1 (the base model's pass@8 is 0.83, so most groups hold a correct answer).
+    at temperature 1 (the base model's pass@8 is 0.855, so most groups hold a correct answer).
 
-    Measured (200 held-out problems, greedy, at commit 8a7cb3b): accuracy 0.37 -> 0.465, 0.480 and
-    0.485 for seeds 0, 1 and 2 (deterministic on the CPU), in 533, 333 and 323 s of wall time on a
-    2-core machine shared with another job, two runs at a time (1.6-2.6 s per iteration; about 1 s
-    on an uncontended core). The settings come from a small sweep: DeepSeekMath's KL to the
-    reference (beta 0.04, k3) with two passes per rollout, and a cosine decay of the learning rate
-    over the run, which removed the late collapse that a constant 3e-4 showed after ~150 iterations
-    (held-out reward fell from 0.51 to 0.45) and kept improving to the last iteration. Tried and
-    worse: 150 iterations (0.48), one pass at lr 6e-4 (0.45), clip-higher 0.28 or beta 0.02 (0.47 /
-    0.465 on seed 1, vs 0.495 for these settings then), groups of 16 (0.465 at constant lr).
+    Measured (200 held-out problems, greedy, 2026-12-03, the model stopped at step 800 of its
+    supervised schedule): accuracy 0.385 -> 0.540, 0.510 and 0.500 for seeds 0, 1 and 2
+    (+0.155 / +0.125 / +0.115; 174 s for seed 2 alone on the 2 cores, 4-5 s per iteration beside
+    four other jobs). The settings come from a small sweep on the earlier model (full schedule,
+    10% wrong labels): DeepSeekMath's KL to the reference (beta 0.04, k3) with two passes per
+    rollout, and a cosine decay of the learning rate over the run, which removed the late
+    collapse that a constant 3e-4 showed after ~150 iterations and kept improving to the last
+    iteration. Tried and worse there: 150 iterations, one pass at lr 6e-4, clip-higher 0.28 or
+    beta 0.02, groups of 16; on this model: dynamic sampling, lr 6e-4 and 1e-3, 300 iterations,
+    all 1,505 training problems (docs/algorithms/grpo.md has the numbers).
     """
     return TrainConfig(
         recipe="llm_countdown_grpo",
@@ -68,7 +69,8 @@ def llm_countdown_mc_grpo() -> TrainConfig:
     is that recipe with ``train.group_size=2`` (a mean over two samples);
     ``docs/algorithms/grpo.md`` has the comparison.
 
-    Measured (200 held-out problems, greedy, at commit 8a7cb3b): accuracy 0.37 -> 0.460, 0.430
+    Measured on the earlier model (held-out 0.37, shipped until 2026-12-03; 200 held-out
+    problems, greedy, at commit 8a7cb3b): accuracy 0.37 -> 0.460, 0.430
     and 0.430 for seeds 0, 1 and 2 (mean 0.440; 204 / 111 / 112 s), against 0.455, 0.445 and
     0.475 (mean 0.458; 177 / 89 / 103 s) for the baseline with ``train.group_size=2``: no gain
     over two samples, and the gap is within the noise of 3 seeds (about 0.03).
