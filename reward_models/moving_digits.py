@@ -210,9 +210,7 @@ class MovingDigitReward(RewardModel):
         tidy = tidy.reshape(batch, frames).mean(1)
         windows = centred_windows(flat, centroids)
         probs = self.model(windows).softmax(-1).reshape(batch, frames, -1)
-        target = probs.gather(2, digits[:, None, None].expand(batch, frames, 1)).squeeze(2)
-        digit = target.mean(1)
-        accuracy = (probs.argmax(-1) == digits[:, None]).float().mean(1)
+        digit, accuracy = _digit_scores(probs, digits)
         path = centroids.reshape(batch, frames, 2)
         motion = motion_scores(path[:, 0], path[:, -1], steps, self.speed * (frames - 1))
         primary = tidy**self.tidy_power * (
@@ -265,11 +263,19 @@ class MovingDigitJudge(RewardModel):
         digits, _ = _labels(prompts, self.device)
         flat = videos.reshape(batch * frames, 1, height, width)
         probs = self.model(flat).softmax(-1).reshape(batch, frames, -1)
-        target = probs.gather(2, digits[:, None, None].expand(batch, frames, 1)).squeeze(2)
-        accuracy = (probs.argmax(-1) == digits[:, None]).float().mean(1)
+        digit, accuracy = _digit_scores(probs, digits)
         speckle = speckle_fractions(flat[:, 0]).reshape(batch, frames).mean(1)
-        scores = {self.name: target.mean(1), "accuracy": accuracy, "speckle": speckle}
+        scores = {self.name: digit, "accuracy": accuracy, "speckle": speckle}
         return RewardOutput({k: v.cpu() for k, v in scores.items()})
+
+
+def _digit_scores(probs: torch.Tensor, digits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From per-frame class probabilities ``[B, F, C]`` and the prompts' digits ``[B]``: the
+    prompt digit's probability averaged over frames ``[B]``, and the fraction of frames whose
+    most likely class is that digit ``[B]``."""
+    batch, frames, _ = probs.shape
+    target = probs.gather(2, digits[:, None, None].expand(batch, frames, 1)).squeeze(2)
+    return target.mean(1), (probs.argmax(-1) == digits[:, None]).float().mean(1)
 
 
 def _labels(prompts: list[str], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
