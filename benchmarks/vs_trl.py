@@ -1,6 +1,6 @@
 """genrl's GRPO step against TRL's ``GRPOTrainer`` on the same tiny causal LM.
 
-Both sides train the embedded Countdown model (``genrl/assets/countdown_lm``: a 308k-parameter
+Both sides train the embedded Countdown model (``genrl/assets/countdown_lm``: a tiny
 Qwen3 with a character tokenizer), loaded from the same directory in float32 on the CPU, full
 fine-tuning, with:
 

@@ -8,7 +8,7 @@ A tiny Qwen3 over a character-level tokenizer, fine-tuned on ``prompt + solution
 the train split of ``tasks.countdown`` (loss on completion tokens only). It is left weak so
 GRPO has headroom: training stops at ``TRAIN["stop_step"]``, about half-way through the schedule
 planned over ``TRAIN["steps"]`` (the shapes VLM's early stop). Run to the end, the same training
-reaches 0.54 held-out greedy accuracy, so the stopped model is short of what this architecture
+reaches 0.525 held-out greedy accuracy, so the stopped model is short of what this architecture
 learns from these problems rather than wrong by construction. The build fails unless the
 held-out metrics land in ``ACCEPT``. One thread,
 deterministic kernels, explicit generators: identical bits on the same machine and torch build.
@@ -40,13 +40,16 @@ COMMAND = "python scripts/build_countdown_lm.py"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]  # ids 0, 1, 2
 CHARACTERS = "0123456789+-*/() :Usetomak"  # equations, spaces and the prompt's words
 
+# 128 wide and 4 deep (792k parameters; the model until 2026-12-03 was 96 x 3, 308k): GRPO from
+# the larger model gains more held-out accuracy (docs/algorithms/grpo.md), and heads of 32
+# dimensions are what vLLM's CPU attention kernel needs, so the engine lane can run it.
 MODEL = {
-    "hidden_size": 96,
-    "intermediate_size": 256,
-    "num_hidden_layers": 3,
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 4,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "head_dim": 24,
+    "head_dim": 32,
     "max_position_embeddings": 64,
     "tie_word_embeddings": True,
 }

@@ -188,13 +188,13 @@ def test_engine_weights_rebuild_the_policy_model(tmp_path: Path, lora: bool) -> 
     assert float((original - expected).abs().max()) > 1e-3  # the update did change the model
 
 
-def test_vllm_on_the_cpu_refuses_heads_below_its_kernel() -> None:
-    """The shipped Countdown LM's 24-wide heads fail vLLM's CPU attention: one sentence that
-    says so, before vLLM is imported (so it holds in either virtualenv)."""
+def test_vllm_on_the_cpu_refuses_heads_below_its_kernel(tmp_path: Path) -> None:
+    """Heads 24 wide (the Countdown LM shipped until 2026-12-03) fail vLLM's CPU attention: one
+    sentence that says so, before vLLM is imported (so it holds in either virtualenv)."""
     from genrl.rollouts.engines.vllm_engine import VLLMEngine
 
     config = get_recipe("llm_countdown_grpo")
-    policy = build_policy("countdown_lm")
+    policy = build_policy("causal_lm", pretrained=str(save_engine_lm(tmp_path / "lm", head_dim=24)))
     prompts = ["3 5 7 = 15 :"]
     ids, mask = policy.encode_prompts(prompts)
     noise = RolloutNoise(0, 0, 1, slice(0, 1))

@@ -105,7 +105,7 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "GDRO offline on FLUX.1-dev + HPSv2.1 from 2,048 stored groups of 6.")),
     # Text.
     ("llm_countdown_grpo", _embedded("text", "llm_countdown_grpo",
-        "GRPO on the embedded 308k-parameter Countdown LM.")),
+        "GRPO on the embedded 792k-parameter Countdown LM.")),
     ("llm_countdown_mc_grpo", _embedded("text", "llm_countdown_mc_grpo",
         "MC-GRPO on the embedded Countdown LM: groups of 3, the median completion left out.")),
     ("llm_countdown_mssr", _embedded("text", "llm_countdown_mssr",

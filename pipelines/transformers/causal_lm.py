@@ -195,7 +195,7 @@ EMBEDDED_COUNTDOWN_LM = embedded_asset_path("countdown_lm")
 
 
 def countdown_lm(pretrained: str | None = None, **kwargs: Any) -> CausalLMPolicy:
-    """The embedded 308k-parameter Countdown model (``scripts/build_countdown_lm.py``), or
+    """The embedded 792k-parameter Countdown model (``scripts/build_countdown_lm.py``), or
     another checkpoint given as ``pretrained``."""
     return CausalLMPolicy(pretrained or str(EMBEDDED_COUNTDOWN_LM), **kwargs)
 

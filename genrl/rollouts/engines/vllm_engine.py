@@ -76,7 +76,7 @@ class VLLMEngine(TokenEngine):
             raise ConfigError(
                 f"generation.engine=vllm on the CPU needs attention heads of at least "
                 f"{CPU_MIN_HEAD_DIM} dimensions (vLLM's CPU attention kernel); "
-                f"{policy.checkpoint} has {head_dim} (the embedded Countdown LM has 24): use a "
+                f"{policy.checkpoint} has {head_dim}: use a "
                 "checkpoint with wider heads, an accelerator, or generation.engine=loop"
             )
         # Before vllm is imported: its engine core reads the variable at import.
