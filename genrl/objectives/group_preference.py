@@ -18,14 +18,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from genrl.data.batches import FlowEndpoints, NoisedEndpoints
-from genrl.data.rng import RolloutNoise
+from genrl.data.batches import NoisedEndpoints
 from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages
 from genrl.objectives.base import StepContext
 from genrl.objectives.losses import Metrics
 from genrl.objectives.regression import (
     EndpointRegression,
-    per_member_noise,
     unit_velocity,
 )
 from genrl.objectives.regression_configs import DGPOObjectiveConfig
@@ -118,7 +116,9 @@ class DGPOObjective(EndpointRegression):
     """DGPO's group preference loss (``GroupPreferenceLoss``) on whole groups."""
 
     def __init__(self, config: DGPOObjectiveConfig, rollout: Any, group_size: int) -> None:
-        super().__init__(config, rollout, group_size, group_units=True)
+        super().__init__(
+            config, rollout, group_size, group_units=True, member_noise=not config.share_noise
+        )
         self.config = config
         self.tracker = PerPromptStatTracker(config.std_mode, 1)
         self.loss_fn = GroupPreferenceLoss(
@@ -146,15 +146,6 @@ class DGPOObjective(EndpointRegression):
         if self.config.sampler_levels is None:
             return levels
         return levels[: self.config.sampler_levels]
-
-    def units(
-        self, policy: FlowPolicy, batch: FlowEndpoints, noise: RolloutNoise
-    ) -> NoisedEndpoints:
-        units = super().units(policy, batch, noise)
-        if not self.config.share_noise:  # one eps per member: its own stream
-            size = units.clean.shape[1]
-            units.noise = per_member_noise(noise, batch, size, self.config.noisings_per_sample)
-        return units
 
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None

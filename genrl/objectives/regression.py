@@ -50,15 +50,23 @@ class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
         rollout: the endpoint rollout (its sampler's levels; its lagged copy, where used).
         group_size: samples per group (``group_units``).
         group_units: one unit per group and draw, whose members share ``t`` and ``eps``.
+        member_noise: with ``group_units``, the members still share ``t`` but each draws its own
+            ``eps`` (``per_member_noise``; GDRO's and DGPO's ``share_noise=False``).
     """
 
     def __init__(
-        self, config: NoisingConfig, rollout: Any, group_size: int, group_units: bool = False
+        self,
+        config: NoisingConfig,
+        rollout: Any,
+        group_size: int,
+        group_units: bool = False,
+        member_noise: bool = False,
     ) -> None:
         self.noising = config
         self.rollout = rollout
         self.group_size = group_size
         self.group_units = group_units
+        self.member_noise = member_noise
         self.tracker: Any = None  # per-prompt reward statistics, for objectives that keep them
 
     def num_units(self, num_samples: int) -> int:
@@ -95,6 +103,8 @@ class EndpointRegression(Objective[FlowPolicy, FlowEndpoints, NoisedEndpoints]):
             rows = members.unsqueeze(1).expand(groups, k, size).reshape(groups * k, size)
             sigma = uniform[first].reshape(-1)
             eps_units = eps[first].reshape(groups * k, 1, *event).expand(-1, size, *event)
+            if self.member_noise:
+                eps_units = per_member_noise(noise, batch, size, k)
         else:
             rows = rows.unsqueeze(1).expand(n, k).reshape(n * k, 1)
             sigma = uniform.reshape(-1)

@@ -10,14 +10,12 @@ from typing import Any
 
 import torch
 
-from genrl.data.batches import FlowEndpoints, NoisedEndpoints
-from genrl.data.rng import RolloutNoise
+from genrl.data.batches import NoisedEndpoints
 from genrl.objectives.advantages import PerPromptStatTracker, clip_advantages, group_moments
 from genrl.objectives.base import StepContext
 from genrl.objectives.losses import Metrics
 from genrl.objectives.regression import (
     EndpointRegression,
-    per_member_noise,
     unit_velocity,
 )
 from genrl.objectives.regression_configs import (
@@ -86,7 +84,9 @@ class GDROObjective(EndpointRegression):
     """GDRO's group ranking loss (``GroupRankingLoss``, eq. 5, 7-9) on whole groups."""
 
     def __init__(self, config: GDROObjectiveConfig, rollout: Any, group_size: int) -> None:
-        super().__init__(config, rollout, group_size, group_units=True)
+        super().__init__(
+            config, rollout, group_size, group_units=True, member_noise=not config.share_noise
+        )
         self.config = config
         self.loss_fn = GroupRankingLoss(config.beta, config.tau, config.gamma, config.reduction)
 
@@ -106,15 +106,6 @@ class GDROObjective(EndpointRegression):
         del prompts, inputs
         means, _, inverse = group_moments(rewards, group_ids)
         return rewards - means[inverse]
-
-    def units(
-        self, policy: FlowPolicy, batch: FlowEndpoints, noise: RolloutNoise
-    ) -> NoisedEndpoints:
-        units = super().units(policy, batch, noise)
-        if not self.config.share_noise:  # one eps per member: its own stream
-            size = units.clean.shape[1]
-            units.noise = per_member_noise(noise, batch, size, self.config.noisings_per_sample)
-        return units
 
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
