@@ -18,9 +18,10 @@ slice them like any other per-sample tensor:
   splitting; SmolVLM shares its layout); a processor output that is not one row per prompt is
   refused with an error naming it.
 
-Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples):
-``mm_token_type_ids`` for models whose forward takes them (Qwen), and ``token_type_ids``
-marking image tokens for Gemma 3, whose image tokens attend to each other bidirectionally.
+Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples),
+as the family table says (``vlm_families.py``): ``mm_token_type_ids`` for models whose forward
+takes them (Qwen), ``token_type_ids`` marking image tokens for Gemma 3 (bidirectional among
+them), and PaliGemma's prefix (image and prompt, bidirectional) and suffix (the completion).
 
 Qwen-family models place tokens with multimodal RoPE (three position streams, vision tokens on
 a grid); their position ids come from the model's own ``get_rope_index`` in sampling and in
@@ -50,6 +51,7 @@ from pipelines.transformers.base import (
     eos_ids,
     policy_checkpoint,
 )
+from pipelines.transformers.vlm_families import vlm_family
 from pipelines.transformers.vlm_inputs import open_image, pack_pixels, unpack_pixels
 from samplers.autoregressive import Generation, TokenSampler, generate
 from tasks.prompt import prompt_columns, prompt_id
@@ -92,9 +94,11 @@ class VLMPolicy(TransformersPolicy, StopStrings):
                 policy_checkpoint(pretrained, "vlm"), dtype, trust_remote_code, POLICY_HINTS
             )
         self.processor = processor
-        if not getattr(processor, "chat_template", None):
+        self._chat = bool(getattr(processor, "chat_template", None))
+        if not self._chat and not getattr(processor, "image_token", None):
             raise ValueError(
-                "the VLM's processor has no chat template: genrl places images with it"
+                "the VLM's processor has neither a chat template nor an image token: genrl "
+                "cannot place the images in a prompt"
             )
         tokenizer = processor.tokenizer
         self._adopt(
@@ -114,11 +118,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         self._rope_index = getattr(inner, "get_rope_index", None)
         parameters = inspect.signature(self.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
-        self._token_types = "mm_token_type_ids" in parameters
-        # Gemma 3: ``token_type_ids`` mark image tokens, which attend bidirectionally. Only
-        # there: other models' ``token_type_ids`` mean other things (PaliGemma: prefix/suffix).
+        # The token types its forward takes differ by family (vlm_families.py).
         model_type = getattr(self.base_model.config, "model_type", "")
-        self._image_types = "token_type_ids" in parameters and model_type == "gemma3"
+        self.family = vlm_family(model_type, set(parameters))
         # Only the positions that score the completion need logits (not the vision tokens').
         self._logits_to_keep = "logits_to_keep" in parameters
         # A completion is text: the model never samples (and is never scored on) the vision
@@ -131,7 +133,12 @@ class VLMPolicy(TransformersPolicy, StopStrings):
 
     # -- prompts ------------------------------------------------------------------------------------
     def format_prompts(self, prompts: list[str]) -> list[str]:
-        """Each prompt as one user message: its images, then its text."""
+        """Each prompt as one user message: its images, then its text. A processor without a
+        chat template (PaliGemma's: the model reads no turns) gets its image token once per
+        image, then the text; it expands the tokens and adds its own separators."""
+        if not self._chat:
+            image = self.processor.image_token
+            return [image * len(self._images(p)) + str(p) for p in prompts]
         formatted = []
         for prompt in prompts:
             images = [{"type": "image"} for _ in self._images(prompt)]
@@ -202,20 +209,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         whatever ids a policy samples), and position ids (multimodal RoPE from the model's own
         ``get_rope_index``, or real-token counts)."""
         kwargs = unpack_pixels(model_inputs or {}, self.model_dtype)
-        config = self.base_model.config
-        if self._token_types:
-            types = (input_ids == config.image_token_id).long()
-            video = getattr(config, "video_token_id", None)
-            if video is not None:
-                types = types + 2 * (input_ids == video).long()
-            if completion_length:
-                types[:, -completion_length:] = 0
-            kwargs["mm_token_type_ids"] = types
-        if self._image_types:
-            types = (input_ids == config.image_token_id).long()
-            if completion_length:
-                types[:, -completion_length:] = 0
-            kwargs["token_type_ids"] = types
+        types = self.family.token_types
+        if types is not None:
+            kwargs[types.argument] = types.of(input_ids, self.base_model.config, completion_length)
         if self._rope_index is not None:
             positions, deltas = self._rope_index(
                 input_ids,

@@ -7,7 +7,8 @@ pixels in rows of their own (``TokenRollout.model_inputs``):
   image's patches into one ``[patches, D]`` tensor: ``pack_pixels`` stores them as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding), ``unpack_pixels`` flattens a batch back;
-* other processors already return one row per prompt and pass through (checked).
+* other processors already return one row per prompt and pass through (checked), less the
+  outputs that are not pixels (``NOT_PIXELS``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Any
 
 import torch
 
-# Processor outputs that are token-aligned (rebuilt from the ids) rather than prompt inputs.
-TOKEN_ALIGNED = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+# Processor outputs that are not the prompt's pixels: token-aligned ones (rebuilt from the ids)
+# and training targets (PaliGemma's processor returns ``labels``, with which the forward would
+# compute a loss against the prompt's ids).
+NOT_PIXELS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids", "labels")
 
 
 def open_image(image: Any) -> Any:
@@ -55,7 +58,7 @@ def pack_pixels(out: Any, counts: list[int], prompts: list[str]) -> dict[str, to
         )
     packed = {}
     for key, value in out.items():
-        if key in TOKEN_ALIGNED or not isinstance(value, torch.Tensor):
+        if key in NOT_PIXELS or not isinstance(value, torch.Tensor):
             continue
         if value.shape[0] != rows:
             raise ValueError(
