@@ -163,10 +163,13 @@ def test_grpo_trains_a_language_lora_and_the_reference_is_the_base_model(
     policy = trainer.policy
     policy.network.eval()
     prompts = prompts_of(row)
-    trained, _, _ = ours(policy, prompts)
-    with policy.reference():  # the adapter disabled
-        reference, _, _ = ours(policy, prompts)
+    with torch.no_grad():
+        trained, _, _ = ours(policy, prompts)
+        with policy.reference():  # the adapter disabled
+            reference, _, _ = ours(policy, prompts)
     stock = stock_log_probs(directory, row, policy.format_prompts(prompts), prompts)
-    for i, (_, expected) in enumerate(stock):
-        torch.testing.assert_close(reference[i], expected, rtol=0, atol=TOLERANCE)
-    assert (trained - reference).abs().max() > 1e-4  # and the trained adapter is not
+    difference = max(float((reference[i] - e).abs().max()) for i, (_, e) in enumerate(stock))
+    moved = float((trained - reference).abs().max())
+    print(f"{row.name}: reference {difference:.2g} from the base model, trained {moved:.2g}")
+    assert difference <= TOLERANCE
+    assert moved > 1e-4  # and the trained adapter is not the base model
