@@ -295,25 +295,22 @@ class Family:
     Attributes:
         name: the family (the test ids).
         build: writes the tiny checkpoint and its processor to a directory.
-        multi_image: whether a prompt may carry several images (and prompts of one batch
-            different counts); the processors that return one pixel row per prompt refuse it.
         prefix_suffix: whether the stock processor marks a completion with a ``suffix``
             (PaliGemma's prefix-LM: the completion is encoded as ``suffix=`` text).
     """
 
     name: str
     build: Callable[[Path], Path]
-    multi_image: bool = False
     prefix_suffix: bool = False
 
 
 FAMILIES = [
-    Family("qwen2_vl", build_qwen2_vl, multi_image=True),
-    Family("qwen2_5_vl", build_qwen2_5_vl, multi_image=True),
-    Family("qwen3_vl", build_qwen3_vl, multi_image=True),
+    Family("qwen2_vl", build_qwen2_vl),
+    Family("qwen2_5_vl", build_qwen2_5_vl),
+    Family("qwen3_vl", build_qwen3_vl),
     Family("llava_next", build_llava_next),
-    Family("idefics3", build_idefics3, multi_image=True),
-    Family("smolvlm", build_smolvlm, multi_image=True),
+    Family("idefics3", build_idefics3),
+    Family("smolvlm", build_smolvlm),
     Family("gemma3", build_gemma3),
     Family("paligemma", build_paligemma, prefix_suffix=True),
 ]

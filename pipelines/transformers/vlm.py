@@ -3,7 +3,8 @@ causal token policies: the GRPO family trains them exactly as it trains text LMs
 
 A prompt's images come from its dataset row (``Prompt.columns["images"]``: paths or PIL
 images). Each distinct prompt goes through the checkpoint's processor once per batch, as one
-user message ``[image, ..., text]`` in the processor's chat template, left-padded; the image
+user message ``[image, ..., text]`` in the processor's chat template (or, without one, its
+image token per image, then the text), left-padded; the image
 placeholders expand to the number of vision tokens the processor computes. The pixels travel
 with the rollout as batch-first ``model_inputs`` (``TokenRollout.model_inputs``), so minibatches
 slice them like any other per-sample tensor:
@@ -12,11 +13,13 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors already return batch-first pixels: one image per prompt (LLaVA, Gemma 3)
-  as ``[B, C, H, W]``, or every prompt's images nested as ``[B, images, C, H, W]``, zero-padded
-  to the prompt with the most, with a ``pixel_attention_mask`` (Idefics3, tested with image
-  splitting; SmolVLM shares its layout); a processor output that is not one row per prompt is
-  refused with an error naming it.
+* processors that return pixel rows per image (LLaVA, LLaVA-NeXT, Gemma 3, PaliGemma) are
+  nested per prompt, ``[B, max_images, ...]`` with ``images_per_prompt``, and concatenated back
+  before each forward; which layout a processor has is asked once (``_one_row_per_image``);
+* the others already return batch-first pixels, every prompt's images nested as
+  ``[B, images, C, H, W]``, zero-padded to the prompt with the most, with a
+  ``pixel_attention_mask`` (Idefics3 and SmolVLM, with image splitting); a processor output
+  that is not one row per prompt is refused with an error naming it.
 
 Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples),
 as the family table says (``vlm_families.py``): ``mm_token_type_ids`` for models whose forward
@@ -130,25 +133,37 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         special = {int(i) for n in names if (i := getattr(config, n, None)) is not None}
         self._placeholders = sorted(special - set(self.eos_token_ids))
         self._last: tuple[list[str], torch.device, Any] | None = None
+        self._per_image: bool | None = None  # the processor's pixel layout, once asked
 
     # -- prompts ------------------------------------------------------------------------------------
     def format_prompts(self, prompts: list[str]) -> list[str]:
         """Each prompt as one user message: its images, then its text. A processor without a
         chat template (PaliGemma's: the model reads no turns) gets its image token once per
         image, then the text; it expands the tokens and adds its own separators."""
+        return [self._format(str(p), len(self._images(p))) for p in prompts]
+
+    def _format(self, text: str, images: int) -> str:
         if not self._chat:
-            image = self.processor.image_token
-            return [image * len(self._images(p)) + str(p) for p in prompts]
-        formatted = []
-        for prompt in prompts:
-            images = [{"type": "image"} for _ in self._images(prompt)]
-            message = {"role": "user", "content": [*images, {"type": "text", "text": str(prompt)}]}
-            formatted.append(
-                self.processor.apply_chat_template(
-                    [message], add_generation_prompt=True, tokenize=False
+            return self.processor.image_token * images + text
+        content = [*({"type": "image"} for _ in range(images)), {"type": "text", "text": text}]
+        return self.processor.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+
+    def _one_row_per_image(self, image: Any) -> bool:
+        """Whether the processor returns pixel rows per image (LLaVA, LLaVA-NeXT, Gemma 3,
+        PaliGemma) rather than per prompt (Idefics3, SmolVLM): the two agree on one-image
+        prompts, so it is asked once, with a prompt holding ``image`` twice. A processor that
+        refuses two images counts as per prompt (batches of uneven counts are then refused)."""
+        if self._per_image is None:
+            try:
+                out = self.processor(
+                    text=[self._format("?", 2)], images=[[image, image]], return_tensors="pt"
                 )
-            )
-        return formatted
+                self._per_image = len(out["pixel_values"]) == 2 and len(out["input_ids"]) == 1
+            except Exception:  # any refusal: not known to be a per-image processor
+                self._per_image = False
+        return self._per_image
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, P]`` left-padded ids (image placeholders expanded) and attention mask."""
@@ -186,7 +201,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
             return_tensors="pt",
             padding=True,
         )
-        packed = pack_pixels(out, [len(i) for i in images], distinct)
+        per_image = any(images) and "image_grid_thw" not in out
+        per_image = per_image and self._one_row_per_image(next(i for i in images if i)[0])
+        packed = pack_pixels(out, [len(i) for i in images], distinct, per_image)
         row = {i: r for r, i in enumerate(first)}
         index = torch.tensor([row[i] for i in ids])
         result = (
