@@ -408,7 +408,7 @@ def sample_and_check_against_direct_forwards(
     directory: Path, prompts: list[Prompt], expected_inputs: set[str]
 ) -> None:
     """Sampling log-probs equal the scoring forward's, and each row's equal a direct unpadded
-    forward of the stock model on its processor's inputs for that prompt alone (token types
+    forward of the stock model on its processor's chat path for that prompt alone (token types
     marking the completion as text, the vision placeholders' logits at -inf)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -425,8 +425,12 @@ def sample_and_check_against_direct_forwards(
     processor = AutoProcessor.from_pretrained(str(directory))
     model = AutoModelForImageTextToText.from_pretrained(str(directory)).eval()
     for row, prompt in enumerate(prompts):
-        text = policy.format_prompts([prompt])[0]
-        inputs = processor(text=[text], images=[prompt.columns["images"]], return_tensors="pt")
+        images = [{"type": "image", "image": i} for i in prompt.columns["images"]]
+        message = {"role": "user", "content": [*images, {"type": "text", "text": str(prompt)}]}
+        inputs = processor.apply_chat_template(
+            [message], add_generation_prompt=True, tokenize=True, return_dict=True,
+            return_tensors="pt",
+        )  # fmt: skip
         tokens = out.tokens[row][out.mask[row]]
         kwargs = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
         for key in ("token_type_ids", "mm_token_type_ids"):

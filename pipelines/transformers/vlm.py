@@ -157,13 +157,22 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         refuses two images counts as per prompt (batches of uneven counts are then refused)."""
         if self._per_image is None:
             try:
+                text = [self._format("?", 2)]
                 out = self.processor(
-                    text=[self._format("?", 2)], images=[[image, image]], return_tensors="pt"
+                    text=text, images=[[image, image]], return_tensors="pt", **self._special(text)
                 )
                 self._per_image = len(out["pixel_values"]) == 2 and len(out["input_ids"]) == 1
             except Exception:  # any refusal: not known to be a per-image processor
                 self._per_image = False
         return self._per_image
+
+    def _special(self, texts: list[str]) -> dict[str, bool]:
+        """No special tokens from the tokenizer when the template wrote the begin token itself
+        (Gemma 3's starts with ``<bos>``, and its tokenizer adds one): the rule of the
+        processor's own ``apply_chat_template(tokenize=True)``, so the prompt is the one the
+        stock chat path gives."""
+        bos = self.tokenizer.bos_token
+        return {"add_special_tokens": False} if bos and texts[0].startswith(bos) else {}
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, P]`` left-padded ids (image placeholders expanded) and attention mask."""
@@ -195,11 +204,13 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         images = [[open_image(i) for i in self._images(p)] for p in distinct]
         tokenizer = self.tokenizer
         tokenizer.padding_side = "left"
+        texts = self.format_prompts(distinct)
         out = self.processor(
-            text=self.format_prompts(distinct),
+            text=texts,
             images=images if any(images) else None,
             return_tensors="pt",
             padding=True,
+            **self._special(texts),
         )
         per_image = any(images) and "image_grid_thw" not in out
         per_image = per_image and self._one_row_per_image(next(i for i in images if i)[0])
