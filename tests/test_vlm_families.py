@@ -2,9 +2,10 @@
 the same checks: a tiny random checkpoint saved with its processor and loaded through genrl's
 loader scores a completion as the stock model's own unpadded forward does (on the stock
 processor's inputs for the prompt and the completion), samples what it scores, trains a LoRA
-for two GRPO iterations with a first-minibatch importance ratio of exactly 1, and its
-reference policy (the adapter disabled) is the stock base model. Each batch holds one-image
-prompts of different sizes and a two-image prompt."""
+for two GRPO iterations with a first-minibatch importance ratio of exactly 1, its reference
+policy (the adapter disabled) is the stock base model, and its exported adapter in the stock
+classes scores as it does. Each batch holds one-image prompts of different sizes and a
+two-image prompt."""
 
 from __future__ import annotations
 
@@ -195,3 +196,17 @@ def test_grpo_trains_a_language_lora_and_the_reference_is_the_base_model(
     print(f"{row.name}: reference {difference:.2g} from the base model, trained {moved:.2g}")
     assert difference <= TOLERANCE
     assert moved > 1e-4  # and the trained adapter is not the base model
+
+    # The exported adapter in the stock classes scores as the trained policy.
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    exported = str(trainer.export(tmp_path / "export"))
+    base = AutoModelForImageTextToText.from_pretrained(str(directory))
+    reloaded = build_policy(
+        "vlm",
+        model=PeftModel.from_pretrained(base, exported).eval(),
+        processor=AutoProcessor.from_pretrained(exported),
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(ours(reloaded, prompts)[0], trained, rtol=0, atol=TOLERANCE)
