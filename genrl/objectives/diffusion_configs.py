@@ -48,6 +48,9 @@ class DDPOObjectiveConfig(FlowPolicyGradientConfig):
     timestep_selection: Literal["prefix", "random"] = "random"
     """DDPO shuffles each trajectory's timesteps independently and trains the first
     ``num_train_timesteps`` of the shuffle: a random subset per trajectory."""
+    std_mode: Literal["group", "global", "none"] = "group"
+    """DDPO divides by each prompt's own std (its buffer's, or the batch's while the buffer is
+    short): ``group`` only; ``stat_buffer_size=0`` gives the batch's std."""
     std_eps: float = 1e-6
     """Added to the std of the baseline (DDPO's ``PerPromptStatTracker``: 1e-6)."""
     stat_buffer_size: int = 16
@@ -68,7 +71,7 @@ class DDPOObjectiveConfig(FlowPolicyGradientConfig):
                 f"{self.stat_buffer_size}: no prompt would ever use its own statistics"
             )
         ignored = {
-            "std_mode": (self.std_mode, "global"),
+            "std_mode": (self.std_mode, "group"),
             "stat_history": (self.stat_history, 1),
             "advantage": (self.advantage, "group"),
             "std_estimator": (self.std_estimator, "population"),

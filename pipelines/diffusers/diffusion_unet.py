@@ -63,6 +63,9 @@ class DiffusionUNetPolicy(TrainablePolicy, abc.ABC):
 
     pipeline_class: ClassVar[str] = ""
     """Class name in ``diffusers`` this adapter drives (checked on load)."""
+    upcast_vae: ClassVar[bool] = False
+    """Keep a float16 checkpoint's VAE in float32 when its config says ``force_upcast``, as
+    the family's stock pipeline decodes (SDXL: its VAE overflows in float16)."""
 
     def __init__(
         self,
@@ -101,6 +104,9 @@ class DiffusionUNetPolicy(TrainablePolicy, abc.ABC):
             unet.enable_gradient_checkpointing()
         for component in self._components().values():
             component.requires_grad_(False).eval()
+        vae = self.pipe.vae
+        if self.upcast_vae and vae.dtype == torch.float16 and vae.config.get("force_upcast"):
+            vae.to(torch.float32)
         self.network: nn.Module = unet
         self.module = unet
         self.model_dtype: torch.dtype = unet.dtype

@@ -23,6 +23,7 @@ class StableDiffusionXLPolicy(DiffusionUNetPolicy):
     """SDXL base; see ``DiffusionUNetPolicy`` for the arguments."""
 
     pipeline_class = "StableDiffusionXLPipeline"
+    upcast_vae = True
 
     def _time_ids(self, n: int, dtype: torch.dtype) -> torch.Tensor:
         """``[n, 6]`` size conditioning of the stock call's defaults: original and target size
