@@ -5,7 +5,8 @@ Each trajectory of DDIM steps with eta > 0 (``samplers/ddim.py``, Song et al. 20
 16) is an episode whose every step is a Gaussian action with a tractable log-prob; the reward
 of the final image is standardised per prompt by a buffer of that prompt's last rewards
 (DDPO's ``PerPromptStatTracker``), clipped to +-5, and every trained step contributes the
-PPO-clipped ratio term (DDPO_IS, eq. 5 with the clipped surrogate of its ``train.py``):
+PPO-clipped ratio term (the paper's importance-sampling estimator, DDPO_IS, with the clipped
+surrogate of its ``train.py`` L539-551):
 
     L = mean_{i, t} max(-A_i r_{i,t}, -A_i clip(r_{i,t}, 1 - 1e-4, 1 + 1e-4)).
 

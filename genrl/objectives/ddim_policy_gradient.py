@@ -2,7 +2,8 @@
 (``ddim_grpo``) and DDPO's (``ddpo``).
 
 Both train the PPO-clipped ratio of each trained transition ``x_t -> x_prev`` re-scored under
-the current model (``genrl/objectives/flow_steps.py``; Black et al. 2023, eq. 4-5 for DDPO):
+the current model (``genrl/objectives/flow_steps.py``; for DDPO, Black et al. 2023, its
+importance-sampling estimator with PPO's clipping):
 
     L = mean_{i, t} max(-A_i r_{i,t}, -A_i clip(r_{i,t}, 1 - eps, 1 + eps)),
     r_{i,t} = p_theta(x_prev | x_t, c) / p_old(x_prev | x_t, c),

@@ -1,7 +1,7 @@
 """DDIM trajectories of an epsilon / v-prediction diffusion model (DDPO; Flow-GRPO's objective on
 them, ``ddim_grpo``).
 
-Black et al., "Training Diffusion Models with Reinforcement Learning" (DDPO, 2023), sec. 4.2:
+Black et al., "Training Diffusion Models with Reinforcement Learning" (DDPO, 2023):
 denoising is a multi-step decision process whose every step is the Gaussian DDIM step of
 ``samplers/ddim.py`` (eta > 0), so each trajectory records its states and the log-prob of each
 transition; ``rescore`` scores stored transitions under the current model with the same step.
