@@ -24,6 +24,9 @@ POLICIES: dict[str, Any] = {
     "flux2": "pipelines.diffusers.flux2:Flux2Policy",
     "flux2_klein": "pipelines.diffusers.flux2:Flux2KleinPolicy",
     "wan": "pipelines.diffusers.wan:WanPolicy",  # text-to-video
+    # Diffusers epsilon / v-prediction UNet models, sampled with DDIM.
+    "sd": "pipelines.diffusers.sd:StableDiffusionPolicy",
+    "sdxl": "pipelines.diffusers.sdxl:StableDiffusionXLPolicy",
     # Token policies.
     "causal_lm": "pipelines.transformers.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.transformers.causal_lm:countdown_lm",

@@ -22,6 +22,7 @@ from torch import nn
 
 from genrl.config.errors import ConfigError
 from samplers.autoregressive import Generation, TokenSampler
+from samplers.ddim import DDIMSchedule
 from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
 
 Condition = dict[str, torch.Tensor]
@@ -103,6 +104,44 @@ class FlowPolicy(Policy, Protocol):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` or videos
         ``[B, F, C, H, W]`` in ``[0, 1]``."""
+        ...
+
+
+@runtime_checkable
+class DiffusionPolicy(Policy, Protocol):
+    """A classic diffusion generator (epsilon, v or sample prediction at discrete timesteps:
+    Stable Diffusion, SDXL), sampled with DDIM on its scheduler's timesteps."""
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        """The event shape of one sample's latents."""
+        ...
+
+    def encode_prompts(self, prompts: list[str]) -> Condition:
+        """Encode prompts once; every tensor is ``[B, ...]``."""
+        ...
+
+    def null_condition(self, condition: Condition) -> Condition:
+        """The unconditional encoding matching ``condition``'s batch (CFG)."""
+        ...
+
+    def predict(
+        self,
+        latents: torch.Tensor,
+        timesteps: torch.Tensor,
+        condition: Condition,
+        guidance_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """``[B, *event]`` model output (its ``ddim_schedule``'s ``prediction_type``) at
+        timesteps ``[B]``, with CFG when ``!= 1``."""
+        ...
+
+    def ddim_schedule(self, num_steps: int) -> DDIMSchedule:
+        """The timesteps and ``alphas_cumprod`` of the model's scheduler for ``num_steps``."""
+        ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
         ...
 
 
@@ -225,6 +264,7 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
     if not isinstance(policy, protocol):
         kinds = {
             FlowPolicy: "a flow-matching generator (e.g. policy.name=toy_digits, sd3, flux)",
+            DiffusionPolicy: "an epsilon / v-prediction diffusion model (policy.name=sd, sdxl)",
             CausalTokenPolicy: "a causal LM or VLM (e.g. policy.name=causal_lm, vlm)",
             MaskedTokenPolicy: "a masked-diffusion LM (e.g. policy.name=masked_lm, sudoku_dllm)",
         }
@@ -237,6 +277,7 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
 
 if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
     from pipelines.base import TrainablePolicy
+    from pipelines.diffusers.diffusion_unet import DiffusionUNetPolicy
     from pipelines.diffusers.flow_image import FlowImagePolicy
     from pipelines.diffusers.wan import WanPolicy
     from pipelines.toy.policy import ToyDigitsPolicy
@@ -252,6 +293,7 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         causal: CausalLMPolicy,
         vlm: VLMPolicy,
         masked: MaskedLMPolicy,
+        unet: DiffusionUNetPolicy,
     ) -> None:
         _policy: Policy = base
         _toy: FlowPolicy = toy
@@ -263,11 +305,13 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _entropy: EntropyTokenPolicy = causal
         _vlm_entropy: EntropyTokenPolicy = vlm
         _masked: MaskedTokenPolicy = masked
+        _unet: DiffusionPolicy = unet
 
 
 __all__ = [
     "CausalTokenPolicy",
     "Condition",
+    "DiffusionPolicy",
     "EngineTokenPolicy",
     "EntropyTokenPolicy",
     "FlowPolicy",

@@ -10,6 +10,7 @@ from genrl.config.errors import ConfigError
 from genrl.recipes.catalog import DEFAULT_RECIPE
 from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
 from genrl.recipes.compositional_methods import COMPOSITIONAL_METHOD_RECIPES
+from genrl.recipes.diffusion import DIFFUSION_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
@@ -27,6 +28,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
+    **DIFFUSION_RECIPES,
     **QWENIMAGE_RECIPES,
     **WAN_RECIPES,
     **OBJECTIVE_RECIPES,

@@ -148,6 +148,37 @@ class SDESamplingConfig(StochasticSamplingConfig):
 
 
 @dataclass
+class DDIMSamplingConfig(FlowSamplingConfig):
+    """``sampler.*`` of DDIM trajectories of an epsilon / v-prediction diffusion model (DDPO;
+    Flow-GRPO's objective on them, ``ddim_grpo``), on the model's own scheduler timesteps.
+    Defaults are DDPO's ``config/base.py``."""
+
+    num_steps: int = 50
+    """DDIM steps in rollouts (DDPO: 50)."""
+    guidance_scale: float = 5.0
+    """Classifier-free guidance in rollouts and training (DDPO: 5.0; 1 disables CFG)."""
+    eval_num_steps: int = 50
+    """Deterministic DDIM steps (eta = 0) of held-out evaluation."""
+    noise_level: float = 1.0
+    """DDIM's ``eta`` (Song et al. 2021, eq. 16): 1 is DDPM's posterior noise (DDPO), 0
+    deterministic DDIM, which has no log-prob to train."""
+    log_prob_reduction: Literal["mean", "sum"] = "mean"
+    """Reduce per-element log-probs by mean (DDPO; clip range 1e-4) or sum."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.shift is not None:
+            raise ConfigError(
+                "sampler.shift is a flow model's time shift; a DDIM rollout runs on the "
+                "model's own scheduler timesteps: leave sampler.shift unset"
+            )
+        if not self.noise_level >= 0:
+            raise ConfigError(
+                f"sampler.noise_level (DDIM's eta) must be >= 0, got {self.noise_level}"
+            )
+
+
+@dataclass
 class LaggedCopyConfig:
     """Fields of the lagged copy that samples the endpoints (RAM, DiffusionNFT)."""
 

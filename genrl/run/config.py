@@ -16,6 +16,7 @@ from genrl.algorithms.base import AlgorithmConfig
 from genrl.config.errors import ConfigError, unknown_message
 from genrl.config.overrides import apply_override, parse_assignment, to_dict
 from genrl.config.typed import check_finite
+from genrl.rollouts.configs import DDIMSamplingConfig as DDIMSamplingConfig
 from genrl.rollouts.configs import FlowSamplingConfig as FlowSamplingConfig
 from genrl.rollouts.configs import GenerationConfig as GenerationConfig
 from genrl.rollouts.configs import SDESamplingConfig as SDESamplingConfig
