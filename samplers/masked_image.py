@@ -2,17 +2,18 @@
 
 An image is a grid of ``L`` VQ codebook indices that starts fully masked. Two samplers:
 
-* ``MaskGITSampler``: aMUSEd's own (``diffusers.AmusedScheduler.step``; Chang et al., "MaskGIT",
-  2022, section 3.2; Chang et al., "Muse", 2023). Every step draws a token for every masked
+* ``MaskGITSampler``: aMUSEd's own (``diffusers.AmusedScheduler.step``; the iterative decoding
+  of Chang et al., "MaskGIT", 2022, as Chang et al., "Muse", 2023, use it). Every step draws a token for every masked
   position from ``softmax(logits)``, then re-masks the ``floor(L * gamma((s + 1) / S))`` least
   confident of the newly drawn ones, ``gamma`` the cosine (or linear) masking schedule, with
   confidence ``log p(token) + tau_s * Gumbel`` and ``tau_s`` annealed linearly over the steps.
   Given the same ``torch.Generator`` it consumes the same random numbers in the same order as
   ``AmusedPipeline(...)``, so it reproduces the stock pipeline's tokens exactly.
 * ``EmergeSampler``: MaskGRPO's "emerge" sampler for visual sequences (Ma et al.,
-  "Consolidating Reinforcement Learning for Multimodal Discrete Diffusion Models", 2025,
-  section 4.3; ``t2i_generate_emerge`` in martian422/MaskGRPO ``grpo/mask_grpo_trainer.py``).
-  The masked-diffusion reverse step of MDLM (Sahoo et al. 2024, eq. 7): with mask rates
+  "Consolidating Reinforcement Learning for Multimodal Discrete Diffusion Models", 2025, its
+  rollout for visual sequences; ``t2i_generate_emerge`` in martian422/MaskGRPO
+  ``grpo/mask_grpo_trainer.py``, whose README names it the "emerge sampler"). It is the
+  absorbing-state reverse step of masked diffusion (as in MDLM, Sahoo et al. 2024): with mask rates
   ``k_t = gamma(s / S)`` before and ``k_s = gamma((s + 1) / S)`` after step ``s``, every still
   masked token stays masked with probability ``k_s / k_t`` and is otherwise drawn from
   ``softmax(logits / T)``, independently per position; the last step reveals all the rest.
@@ -38,7 +39,7 @@ MaskingSchedule = Literal["cosine", "linear"]
 
 def mask_rate(progress: torch.Tensor, schedule: MaskingSchedule) -> torch.Tensor:
     """``gamma(r)``: the fraction of tokens still masked after a fraction ``r`` of the steps
-    (MaskGIT section 3.2: cosine ``cos(pi r / 2)``; linear ``1 - r``)."""
+    (MaskGIT's cosine ``cos(pi r / 2)``, aMUSEd's default, or linear ``1 - r``)."""
     if schedule == "cosine":
         return torch.cos(progress * math.pi / 2)
     if schedule == "linear":

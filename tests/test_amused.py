@@ -294,3 +294,42 @@ def test_lora_export_loads_into_the_stock_pipeline(tmp_path: Path, amused_dir: P
                  num_inference_steps=4, guidance_scale=3.0).images  # fmt: skip
     assert not torch.equal(base, stock)  # the adapter changes the samples
     assert torch.equal(ours.tokens.reshape(2, GRID, GRID), stock)
+
+
+def test_amused_recipe_runs_on_the_tiny_stand_in(tmp_path: Path, amused_dir: Path) -> None:
+    """aMUSEd-256's recipe (LoRA 128, emerge sampler, 6 uniform views, bf16, CFG 4) for one
+    iteration on the tiny pipeline (64 image tokens instead of 256)."""
+    from accelerate.state import AcceleratorState
+
+    from genrl import get_recipe
+    from genrl.loop.trainer import Trainer
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red square\na green field\n")
+    config = get_recipe("amused256_maskgrpo_hps")
+    config.apply_overrides(
+        [
+            f"policy.pretrained={amused_dir}",
+            "policy.lora_rank=4",
+            "reward.0.name=target_color",
+            "reward.0.kwargs={}",
+            f"prompts.dataset={prompts}",
+            f"generation.max_new_tokens={L}",
+            "generation.diffusion_steps=4",
+            "train.prompts_per_iteration=2",
+            "train.group_size=3",
+            "train.iterations=1",
+            f"output_dir={tmp_path / 'run'}",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+        ]
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        trainer = Trainer(config)
+        assert trainer.policy.guidance_scale == 4.0
+        metrics = trainer.train_iteration()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert metrics["loss/first_minibatch_ratio_deviation"] == 0.0
+    assert metrics["optimizer_steps"] == 2 * 3 * 6 // (3 * 3)  # units / (minibatch x accumulation)
