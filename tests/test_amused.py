@@ -54,6 +54,30 @@ def test_maskgit_rollout_equals_the_stock_pipeline(guidance: float) -> None:
     assert counts == [[5, 5], [14, 14], [21, 21], [24, 24]]
 
 
+def test_rollout_evaluation_samples_are_the_stock_pipelines() -> None:
+    """``generation.sampler=maskgit`` at the stock temperatures (2 -> 0): the rollout's held-out
+    images are ``pipe(...)``'s with the generator seeded as the rollout seeds it."""
+    from types import SimpleNamespace
+
+    from genrl.rollouts.configs import UnmaskingConfig
+    from genrl.rollouts.masked_images import ImageUnmaskingRollout
+    from genrl.rollouts.tokens import EVAL_SEED_STRIDE
+
+    generation = UnmaskingConfig(
+        sampler="maskgit", max_new_tokens=L, diffusion_steps=4, eval_temperature=2.0
+    )
+    generation.validate()
+    rollout = ImageUnmaskingRollout(SimpleNamespace(generation=generation))
+    pipe = _pipe()
+    policy = _policy(pipe, guidance_scale=5.0)
+    images = rollout.evaluation_outputs(policy, PROMPTS, 1, seed=7)(PROMPTS, slice(0, 2))
+    generator = torch.Generator().manual_seed(7 * EVAL_SEED_STRIDE)
+    stock = pipe(PROMPTS, generator=generator, output_type="pt", num_inference_steps=4,
+                 guidance_scale=5.0).images  # fmt: skip
+    assert torch.equal(images, stock)
+    assert "MaskGIT" in rollout.evaluation_sampling()
+
+
 def test_policy_defaults_and_errors() -> None:
     policy = _policy()
     assert policy.guidance_scale == 10.0  # AmusedPipeline's default

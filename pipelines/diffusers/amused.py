@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from pipelines.base import TrainablePolicy
+from pipelines.base import TrainablePolicy, disable_dropout
 from pipelines.diffusers.checkpoint import load_pipeline
 from pipelines.diffusers.flow_hooks import module_device
 from samplers.masked import MaskedGeneration, UnmaskingSampler
@@ -110,6 +110,9 @@ class AmusedPolicy(TrainablePolicy):
             transformer.enable_gradient_checkpointing()
         for component in self._components().values():
             component.requires_grad_(False).eval()
+        # Old log-probs are scored in eval mode and the loss in train mode: no dropout, so that
+        # the first update is on-policy.
+        disable_dropout(transformer)
         self.network: nn.Module = transformer
         self.module = transformer
         self.tokenizer = self.pipe.tokenizer
