@@ -27,6 +27,8 @@ POLICIES: dict[str, Any] = {
     # Diffusers epsilon / v-prediction UNet models, sampled with DDIM.
     "sd": "pipelines.diffusers.sd:StableDiffusionPolicy",
     "sdxl": "pipelines.diffusers.sdxl:StableDiffusionXLPolicy",
+    # Masked image-token generators (MaskGRPO on images).
+    "amused": "pipelines.diffusers.amused:AmusedPolicy",
     # Token policies.
     "causal_lm": "pipelines.transformers.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.transformers.causal_lm:countdown_lm",

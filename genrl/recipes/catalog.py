@@ -130,6 +130,10 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "diffu-GRPO (d1) on the embedded Sudoku masked-diffusion LM.")),
     ("llada8b_countdown_maskgrpo", _hub("dllm", "llada8b_countdown_maskgrpo",
         "MaskGRPO on LLaDA-8B-Instruct with LoRA, on Countdown.")),
+    # Masked image-token generators.
+    ("amused256_maskgrpo_hps", _hub("masked_images", "amused256_maskgrpo_hps",
+        "MaskGRPO on aMUSEd-256 with LoRA against HPSv2.1: emerge-sampler rollouts, uniform "
+        "re-masked views.")),
     # Vision-language models.
     ("qwen25vl_3b_geo_grpo", _hub("qwen_vl", "qwen25vl_3b_geo_grpo",
         "Qwen2.5-VL-3B-Instruct on Geometry3K with EasyR1's GRPO recipe (2 processes).")),

@@ -14,6 +14,7 @@ from genrl.recipes.diffusion import DIFFUSION_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
+from genrl.recipes.masked_images import MASKED_IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
@@ -34,6 +35,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
+    **MASKED_IMAGE_RECIPES,
     **QWEN_VL_RECIPES,
     **VIDEO_RECIPES,
     **COMPOSITIONAL_RECIPES,

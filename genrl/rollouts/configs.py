@@ -333,15 +333,43 @@ class UnmaskingConfig(TokenGenerationConfig):
     """``generation.*`` of masked-diffusion rollouts (``max_new_tokens`` is the fixed
     completion length)."""
 
+    sampler: Literal["llada", "maskgit", "emerge"] = "llada"
+    """How a completion is revealed: ``llada``, LLaDA's text sampler (``remasking``,
+    ``block_length``; ``samplers/masked.py``); for masked image-token models
+    (``samplers/masked_image.py``) ``maskgit``, aMUSEd's own scheduler (the stock pipeline's
+    samples), or ``emerge``, MaskGRPO's emerge sampler (each masked token revealed
+    independently with the schedule's probability, drawn at ``temperature``)."""
     diffusion_steps: int = 0
-    """Unmasking steps over the completion (0 = one token per step)."""
+    """Unmasking steps over the completion (0 = one token per step; image samplers need
+    1 to ``max_new_tokens``, aMUSEd's default 12)."""
     block_length: int | None = None
-    """Semi-autoregressive block size (None = one block)."""
+    """Semi-autoregressive block size (None = one block; ``llada`` only)."""
     remasking: Literal["low_confidence", "random"] = "low_confidence"
-    """Reveal the most confident predictions or random positions."""
+    """``llada``: reveal the most confident predictions or random positions."""
+    final_temperature: float = 0.0
+    """``maskgit``: the Gumbel temperature of the confidence falls linearly from
+    ``temperature`` to this over the steps (the stock pipeline's ``temperature=(2, 0)``:
+    ``temperature=2``, ``final_temperature=0``)."""
+    masking_schedule: Literal["cosine", "linear"] | None = None
+    """``maskgit``, ``emerge``: the mask-rate schedule ``gamma``; None takes the checkpoint's
+    ``scheduler.config.masking_schedule`` (aMUSEd: cosine)."""
 
     def validate(self) -> None:
         super().validate()
+        if self.final_temperature < 0:
+            raise ConfigError("generation.final_temperature must be >= 0")
+        if self.sampler != "llada":
+            if self.block_length is not None:
+                raise ConfigError(
+                    f"generation.block_length: the {self.sampler} sampler reveals the whole "
+                    "image at once; leave block_length null"
+                )
+            if not 1 <= self.diffusion_steps <= self.max_new_tokens:
+                raise ConfigError(
+                    f"generation.diffusion_steps must lie in [1, {self.max_new_tokens}] for the "
+                    f"{self.sampler} sampler, got {self.diffusion_steps}"
+                )
+            return
         steps = self.diffusion_steps or self.max_new_tokens
         try:
             unmasking_schedule(steps, self.block_length, self.max_new_tokens)
