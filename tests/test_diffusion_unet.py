@@ -158,3 +158,22 @@ def test_a_flow_algorithm_refuses_a_diffusion_policy(pipeline_dirs) -> None:
     policy = build_policy("sd", pretrained=str(pipeline_dirs["sd"]))
     with pytest.raises(ConfigError, match="flow-matching generator"):
         FlowGRPO(FlowGRPOConfig(), None).build(policy)
+
+
+def test_full_fine_tune_exports_the_unet(pipeline_dirs, tmp_path: Path) -> None:
+    from diffusers import UNet2DConditionModel
+
+    from genrl.loop.trainer import Trainer
+
+    config = unet_config(tmp_path, "sd", pipeline_dirs["sd"], ALGORITHMS["ddpo"]())
+    config.policy.lora_rank = 0
+    config.optim.lr = 1e-3
+    trainer = Trainer(config)
+    start = {n: p.detach().clone() for n, p in trainer.policy.network.named_parameters()}
+    trainer.train_iteration()
+    exported = trainer.export(tmp_path / "export")
+    unet = UNet2DConditionModel.from_pretrained(str(exported / "unet"))
+    saved = dict(unet.named_parameters())
+    trained = dict(trainer.policy.network.named_parameters())
+    assert all(torch.equal(saved[n], p.detach()) for n, p in trained.items())
+    assert any(not torch.equal(start[n], p.detach()) for n, p in trained.items())

@@ -2,8 +2,9 @@
 
 The adapters of ``pipelines/`` implement them structurally (they never import ``genrl``): every
 policy is a ``Policy`` (training setup, the reference, checkpoints, export); flow-matching
-image generators are ``FlowPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion LMs
-are ``MaskedTokenPolicy`` and masked image-token generators ``MaskedImagePolicy`` (both
+image generators are ``FlowPolicy``; epsilon / v-prediction diffusion models (Stable
+Diffusion, SDXL) are ``DiffusionPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion
+LMs are ``MaskedTokenPolicy`` and masked image-token generators ``MaskedImagePolicy`` (both
 ``UnmaskingPolicy``); video generators are flow policies whose ``decode`` returns videos,
 and vision-language models are causal token policies whose prompts carry images (``model_inputs``). A rollout or objective
 names the protocol it needs, and its algorithm's ``build`` checks the run's policy against it
