@@ -4,8 +4,9 @@ The real checkpoints (amused/amused-256, amused/amused-512) hold a VQ-GAN with a
 codebook, a 600M-parameter U-ViT and CLIP-L/14 with projection; this stand-in keeps every
 component type and the wiring between them with random weights:
 
-    VQModel       3 down blocks (4x downsampling), 4 latent channels, codebook of 32 entries,
-                  lookup_from_codebook (decode takes token ids, as aMUSEd's VQ-GAN does)
+    VQModel       3 down blocks (4x downsampling), 4 latent channels, codebook of 32 entries
+                  drawn N(0, 1), lookup_from_codebook (decode takes token ids, as aMUSEd's
+                  VQ-GAN does)
     UVit2DModel   sample_size 8 (8x8 = 64 image tokens), vocab 33 = codebook + the mask token
     CLIP          CLIPTextModelWithProjection, 2 layers of 16 (the pipeline reads the
                   penultimate hidden state and the pooled projection)
@@ -49,6 +50,11 @@ def tiny_amused_pipeline(seed: int = 0) -> AmusedPipeline:
         force_upcast=False,
         mid_block_add_attention=False,
     )
+    # Unit-scale codebook entries: with diffusers' default U(-1/K, 1/K) every token grid decodes
+    # to nearly the same picture (target_color spread 0.002 over random grids), and an image
+    # reward would have nothing to learn from; N(0, 1) spreads single-code images over
+    # target_color 0.63-0.70.
+    vqvae.quantize.embedding.weight.data.normal_(0.0, 1.0)
     transformer = UVit2DModel(
         hidden_size=16,
         cond_embed_dim=16,  # CLIP's projection_dim (the pooled text embedding)

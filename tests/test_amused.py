@@ -279,7 +279,7 @@ def test_views_keep_the_clip_prompt_and_count_the_masked_image_tokens(
     assert torch.allclose(units.old_log_probs, log_probs * masked, atol=1e-6)
 
 
-def test_llada_sampler_is_refused_for_images(tmp_path: Path, amused_dir: Path) -> None:
+def test_image_generation_settings_are_checked_at_build(tmp_path: Path, amused_dir: Path) -> None:
     from genrl.config.errors import ConfigError
     from genrl.loop.trainer import Trainer
 
@@ -289,6 +289,10 @@ def test_llada_sampler_is_refused_for_images(tmp_path: Path, amused_dir: Path) -
     with pytest.raises(
         ConfigError, match="masked image-token models sample with maskgit or emerge"
     ):
+        Trainer(config)
+    config = amused_config(tmp_path, amused_dir, "emerge")
+    config.generation.max_new_tokens = 48
+    with pytest.raises(ConfigError, match=r"generation\.max_new_tokens must be 64"):
         Trainer(config)
 
 

@@ -86,7 +86,9 @@ class MaskGRPO(Algorithm):
         require(policy, UnmaskingPolicy, self.config.name)
         rollout: UnmaskingRolloutBase
         if isinstance(policy, MaskedImagePolicy):
-            rollout = ImageUnmaskingRollout(self.train_config)
+            image_rollout = ImageUnmaskingRollout(self.train_config)
+            image_rollout.check_policy(policy)
+            rollout = image_rollout
         else:
             require(policy, MaskedTokenPolicy, self.config.name)
             rollout = UnmaskingRollout(self.train_config)

@@ -14,6 +14,7 @@ from typing import cast
 
 import torch
 
+from genrl.config.errors import ConfigError
 from genrl.data.batches import MaskedSamples
 from genrl.policies.protocols import MaskedImagePolicy
 from genrl.rollouts.masked import UnmaskingRolloutBase
@@ -26,6 +27,15 @@ class ImageUnmaskingRollout(UnmaskingRolloutBase[MaskedImagePolicy]):
 
     samplers = ("maskgit", "emerge")
     kind = "masked image-token models"
+
+    def check_policy(self, policy: MaskedImagePolicy) -> None:
+        """A ``ConfigError`` now, before any sampling, when ``generation.max_new_tokens`` is not
+        the policy's token grid."""
+        if self.length != policy.num_image_tokens:
+            raise ConfigError(
+                f"generation.max_new_tokens must be {policy.num_image_tokens}, the image tokens "
+                f"of the policy's images, got {self.length}"
+            )
 
     def schedule(self, policy: MaskedImagePolicy) -> MaskingSchedule:
         """``generation.masking_schedule``, or the checkpoint's scheduler's."""
