@@ -57,8 +57,9 @@ def tiny_config(*extra: str):
 
 class MeasuredBytes(TorchDispatchMode):
     """An independent count of live tensor bytes on real tensors: every storage an operator
-    returns, from creation until it is freed; ``peak(excluding)`` leaves out some storages
-    (the gradients) by replaying the log."""
+    returns that none of its inputs holds (views and in-place results allocate nothing), from
+    creation until it is freed; ``peak(excluding)`` leaves out some storages (the gradients) by
+    replaying the log."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -67,8 +68,15 @@ class MeasuredBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        given = [t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)]  # fmt: skip
         for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in self.keys:
+            fresh = (
+                t.untyped_storage().data_ptr() not in given
+                if isinstance(t, torch.Tensor)
+                else False
+            )
+            if fresh and t.untyped_storage()._cdata not in self.keys:
                 s = t.untyped_storage()
                 uid = len(self.log)
                 self.keys[s._cdata] = uid
@@ -274,3 +282,16 @@ def test_cli_refuses_a_model_without_a_config(capsys):
 
     assert main(["plan", "digits_flow_grpo"]) == 2
     assert "no model config" in capsys.readouterr().err
+
+
+def test_a_smaller_minibatch_when_nothing_fits(tiny_plan):
+    from genrl.planning.choice import smaller_minibatch
+
+    config = tiny_config()
+    least = min(r.memory.total for r in tiny_plan.rows)
+    assert smaller_minibatch(config, tiny_plan.rows, least - 1) is not None
+    row = smaller_minibatch(config, tiny_plan.rows, least - 1)
+    # minibatch 2 x 1 accumulation -> 1 x 2: the optimizer step sees the same samples.
+    assert row.estimated and row.memory.total <= least - 1
+    assert row.flags[-2:] == ["train.minibatch_size=1", "train.gradient_accumulation_steps=2"]
+    assert smaller_minibatch(config, tiny_plan.rows, 1) is None

@@ -28,6 +28,10 @@ def add_plan_parser(sub: Any, add_config_args: Any) -> None:
         "--prompt-tokens", type=int, default=256,
         help="prompt length of a token recipe (its completion is generation.max_new_tokens)",
     )  # fmt: skip
+    plan.add_argument(
+        "--reserve", type=float, default=0.1,
+        help="fraction of each GPU's memory left free (CUDA context, fragmentation, rewards)",
+    )  # fmt: skip
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
@@ -43,7 +47,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--gpu-tflops must be positive, got {args.gpu_tflops}")
     result = plan(
         args.config, args.gpus, parse_memory(args.gpu_memory), args.gpu_tflops, args.mfu,
-        args.prompt_tokens,
+        args.prompt_tokens, reserve=args.reserve,
     )  # fmt: skip
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     if args.json:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from genrl.config.errors import ConfigError
+from genrl.planning.choice import Row, Setup, cheapest, notes, rows, smaller_minibatch
 from genrl.planning.copies import model_copies
 from genrl.planning.modelling import (
     ModelSpec,
@@ -31,40 +32,13 @@ from genrl.planning.modelling import (
     set_dtype,
     spec_for_checkpoint,
 )
-from genrl.planning.strategies import STRATEGIES, Footprint, Memory, memory
+from genrl.planning.strategies import Footprint
 from genrl.planning.tracing import Trace, autocast, trace
 from genrl.planning.workloads import FAMILIES, Family, Sizes, training_loss
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 AUTOCAST = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_LORA_RANK = 32  # Flow-GRPO's rank, offered when the recipe trains every weight
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One training setup: LoRA or full fine-tuning, gradient checkpointing on or off."""
-
-    lora: bool
-    checkpointing: bool
-
-    @property
-    def label(self) -> str:
-        return f"{'LoRA' if self.lora else 'full'}{' +ckpt' if self.checkpointing else ''}"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One strategy with one setup on the requested GPUs."""
-
-    strategy: str
-    setup: Setup
-    memory: Memory
-    fits: bool
-    flops: int
-    seconds: float
-    flags: list[str]
-    launch: str
-    refused: str = ""
 
 
 @dataclass
@@ -75,12 +49,14 @@ class Plan:
     sizes: str
     gpus: int
     gpu_memory: int
+    usable_memory: int
     tflops: float
     mfu: float
     batches: dict[str, int]
     parameters: dict[str, int]
     rows: list[Row]
     best: Row | None
+    smaller: Row | None = None
     footprints: dict[str, Footprint] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -99,36 +75,44 @@ def _checkpointing(module: Any, on: bool) -> None:
         module.disable_gradient_checkpointing()
 
 
-def _traces(
+def _trace_training(
     module: torch.nn.Module,
     family: Family,
     sizes: Sizes,
-    batches: dict[str, int],
+    batch: int,
     compute: torch.dtype | None,
     input_dtype: torch.dtype,
-    checkpointing: bool,
-) -> tuple[Trace, Trace]:
-    """The training minibatch's trace (forward, loss, backward) and one rollout step's."""
-    tokens = not family.guided
+) -> Trace:
+    """One training minibatch: forward, the loss, backward."""
 
     def train() -> None:
-        inputs = family.inputs(module, sizes, batches["train"], False, input_dtype)
+        inputs = family.inputs(module, sizes, batch, False, input_dtype)
         with autocast(compute):
             out = family.output(module(**inputs))
-        training_loss(out, tokens).backward()
+        training_loss(out, not family.guided).backward()
+
+    module.train()
+    return trace(train, module)
+
+
+def _trace_rollout(
+    module: torch.nn.Module,
+    family: Family,
+    sizes: Sizes,
+    batch: int,
+    compute: torch.dtype | None,
+    input_dtype: torch.dtype,
+) -> Trace:
+    """One rollout step: a forward without gradients (checkpointing changes nothing here)."""
 
     def rollout() -> None:
-        inputs = family.inputs(module, sizes, batches["rollout"], True, input_dtype)
+        inputs = family.inputs(module, sizes, batch, True, input_dtype)
         with torch.no_grad(), autocast(compute):
             out = module(**inputs)
             del out
 
-    _checkpointing(module, checkpointing)
-    module.train()
-    trained = trace(train, module)
     module.eval()
-    sampled = trace(rollout)
-    return trained, sampled
+    return trace(rollout)
 
 
 def _batches(config: Any, family: Family, gpus: int) -> dict[str, int]:
@@ -160,12 +144,32 @@ def plan(
     mfu: float = 0.4,
     prompt_tokens: int = 256,
     spec: ModelSpec | None = None,
+    reserve: float = 0.1,
 ) -> Plan:
     """The plan of ``config`` (a validated ``TrainConfig``) on ``gpus`` GPUs of ``gpu_memory``
-    bytes, at ``tflops`` peak dense TFLOP/s per GPU (H100 SXM bf16: 989) and ``mfu``; ``spec``
-    replaces the model file found from ``policy.pretrained`` (the tests plan tiny models)."""
-    if gpus < 1:
-        raise ConfigError(f"--gpus must be >= 1, got {gpus}")
+    bytes, at ``tflops`` peak dense TFLOP/s per GPU (H100 SXM bf16: 989) and ``mfu``; a setup
+    fits when it leaves ``reserve`` of the memory free (CUDA context, allocator
+    fragmentation, the reward models); ``spec`` replaces the model file found from
+    ``policy.pretrained`` (the tests plan tiny models)."""
+    return plans(config, [gpus], gpu_memory, tflops, mfu, prompt_tokens, spec, reserve)[0]
+
+
+def plans(
+    config: Any,
+    gpu_counts: list[int],
+    gpu_memory: int,
+    tflops: float = 989.0,
+    mfu: float = 0.4,
+    prompt_tokens: int = 256,
+    spec: ModelSpec | None = None,
+    reserve: float = 0.1,
+) -> list[Plan]:
+    """``plan`` for each GPU count, tracing each training setup once (a rollout step is traced
+    once per distinct per-GPU rollout batch)."""
+    if any(g < 1 for g in gpu_counts):
+        raise ConfigError(f"--gpus must be >= 1, got {gpu_counts}")
+    if not 0 <= reserve < 1:
+        raise ConfigError(f"--reserve must be in [0, 1), got {reserve}")
     started = time.perf_counter()
     spec = spec or model_for(config)
     family = FAMILIES[spec.family]
@@ -177,19 +181,19 @@ def plan(
     sizes = family.sizes(
         p.kwargs, spec.defaults, {"prompt": prompt_tokens, "completion": completion}
     )
-    batches = _batches(config, family, gpus)
+    batches = {g: _batches(config, family, g) for g in gpu_counts}
     reference, lagged = model_copies(config.algorithm)
     rank = p.lora_rank or DEFAULT_LORA_RANK
-    mode = FakeTensorMode(allow_non_fake_inputs=False)
-    footprints: dict[Setup, tuple[Footprint, int]] = {}
-    with mode:
-        frozen_bytes = 0
-        for component in spec.frozen:
-            frozen_bytes += parameter_bytes(build_component(component, frozen_dtype))
+    counts: dict[str, int] = {}
+    with torch.device("meta"):  # frozen components: only their parameters are counted
+        frozen_bytes = sum(parameter_bytes(build_component(c, frozen_dtype)) for c in spec.frozen)
+    counts["frozen components"] = frozen_bytes // frozen_dtype.itemsize
+    footprints: dict[int, dict[Setup, tuple[Footprint, int]]] = {g: {} for g in gpu_counts}
+    input_dtype = compute or frozen_dtype
+    train_batch = batches[gpu_counts[0]]["train"]
+    with FakeTensorMode():
         module = build_component(spec.trained, torch.float32)  # full fine-tuning: float32
-        counts = {"trained module": parameter_count(module), "frozen components": 0}
-        counts["frozen components"] = frozen_bytes // frozen_dtype.itemsize
-        input_dtype = compute or frozen_dtype
+        counts["trained module"] = parameter_count(module)
         for lora in (False, True):
             if lora:
                 set_dtype(module, frozen_dtype)
@@ -197,128 +201,66 @@ def plan(
                 if add_lora(module, rank, p.lora_alpha, targets) == 0:
                     raise ConfigError(f"policy.lora_target_modules {targets} match no linear layer")
                 counts["LoRA adapter"] = parameter_count(module, trainable=True)
-            module.requires_grad_(not lora)
-            if lora:
-                for name, param in module.named_parameters():
-                    param.requires_grad_("lora_" in name)
+            else:
+                module.requires_grad_(True)
+            _checkpointing(module, False)
+            sampled = {
+                b: _trace_rollout(module, family, sizes, b, compute, input_dtype)
+                for b in sorted({batches[g]["rollout"] for g in gpu_counts})
+            }
+            trainable = parameter_bytes(module, trainable=True)
+            ref_bytes = 0
+            if reference and not lora and not p.reference_offload:
+                ref_bytes = counts["trained module"] * frozen_dtype.itemsize
+            copies = (trainable if lagged else 0) + (trainable if config.optim.ema_decay else 0)
+            blocks = repeated_blocks(module)
             for ckpt in (False, True):
-                trained, sampled = _traces(
-                    module, family, sizes, batches, compute, input_dtype, ckpt
-                )
-                trainable = parameter_bytes(module, trainable=True)
-                ref_bytes = 0
-                if reference and not lora and not p.reference_offload:
-                    ref_bytes = counts["trained module"] * frozen_dtype.itemsize
-                copies = (trainable if lagged else 0) + (trainable if config.optim.ema_decay else 0)
-                blocks = repeated_blocks(module)
-                footprint = Footprint(
-                    module_bytes=parameter_bytes(module),
-                    trainable_bytes=trainable,
-                    trainable_count=parameter_count(module, trainable=True),
-                    frozen_bytes=frozen_bytes,
-                    reference_bytes=ref_bytes,
-                    ema_bytes=copies,
-                    block_bytes=max((parameter_bytes(b) for b in blocks), default=0),
-                    activation_bytes=trained.peak_bytes,
-                    rollout_bytes=sampled.peak_bytes,
-                )
-                # A reference forward per minibatch (KL) adds a forward's FLOPs.
-                flops = trained.flops + sampled.flops
-                if reference:
-                    flops += sampled.flops * batches["train"] // max(batches["rollout"], 1)
-                footprints[Setup(lora, ckpt)] = (footprint, flops)
-    rows = _rows(config, footprints, gpus, gpu_memory, tflops, mfu, rank)
-    chosen = _cheapest(rows, recipe_lora=p.lora_rank > 0)
-    return Plan(
-        recipe=config.recipe,
-        model=spec.name,
-        model_source=spec.source,
-        sizes=sizes.text,
-        gpus=gpus,
-        gpu_memory=gpu_memory,
-        tflops=tflops,
-        mfu=mfu,
-        batches=batches,
-        parameters=counts,
-        rows=rows,
-        best=chosen,
-        footprints={setup.label: f for setup, (f, _) in footprints.items()},
-        notes=_notes(config, reference, lagged, spec),
-        seconds=time.perf_counter() - started,
-    )
-
-
-def _flags(config: Any, setup: Setup, rank: int) -> list[str]:
-    """The ``--set`` flags that select ``setup`` from the recipe."""
-    p, flags = config.policy, []
-    if setup.lora and p.lora_rank == 0:
-        flags.append(f"policy.lora_rank={rank}")
-    if not setup.lora and p.lora_rank > 0:
-        flags.append("policy.lora_rank=0")
-    if setup.checkpointing != p.gradient_checkpointing:
-        flags.append(f"policy.gradient_checkpointing={str(setup.checkpointing).lower()}")
-    return flags
-
-
-def _rows(config, footprints, gpus, gpu_memory, tflops, mfu, rank) -> list[Row]:
-    rows = []
-    for setup, (footprint, flops) in footprints.items():
-        for strategy in STRATEGIES:
-            if gpus == 1 and strategy.name != "DDP":
-                continue  # nothing to shard on one GPU: every strategy is the single-GPU run
-            flags, refused = _flags(config, setup, rank), ""
-            f = footprint
-            if config.optim.ema_decay and not strategy.supports_ema:
-                # build_run refuses EMA with FSDP and ZeRO-3; planned with the EMA off.
-                flags.append("optim.ema_decay=none")
-                ema = f.trainable_bytes if config.optim.ema_decay else 0
-                f = replace(f, ema_bytes=max(0, f.ema_bytes - ema))
-            m = memory(f, strategy, gpus)
-            launch = "" if gpus == 1 else strategy.launch_config
-            seconds = flops / (tflops * 1e12 * mfu)
-            rows.append(
-                Row(strategy.name if gpus > 1 else "1 GPU", setup, m, m.total <= gpu_memory,
-                    flops, seconds, flags, launch, refused)
-            )  # fmt: skip
-    return rows
-
-
-# Cheapest first among strategies of equal memory: less communication.
-_ORDER = {"1 GPU": 0, "DDP": 0, "ZeRO-2": 1, "FSDP2-SGO": 2, "FSDP2": 3, "ZeRO-3": 4}
-
-
-def _cheapest(rows: list[Row], recipe_lora: bool) -> Row | None:
-    """The fastest fitting row, keeping the recipe's LoRA-or-full choice when any such row fits
-    (switching it changes the experiment); ties go to the strategy that communicates least and
-    then to the fewest changed flags."""
-    fitting = [r for r in rows if r.fits]
-    same = [r for r in fitting if r.setup.lora == recipe_lora]
-    pool = same or fitting
-    if not pool:
-        return None
-    return min(pool, key=lambda r: (round(r.seconds, 4), _ORDER[r.strategy], len(r.flags)))
-
-
-def _notes(config: Any, reference: bool, lagged: bool, spec: ModelSpec) -> list[str]:
-    """What the plan leaves out or assumes, in sentences."""
-    notes = []
-    rewards = ", ".join(r.name for r in config.reward)
-    notes.append(f"not modelled: the reward models ({rewards}) and their memory on the GPU")
-    generation = getattr(config, "generation", None)
-    engine = getattr(generation, "engine", "loop")
-    if engine != "loop":
-        notes.append(f"not modelled: the {engine} inference engine's weights and KV cache")
-    if config.policy.reference_offload:
-        notes.append("reference copy offloaded to the CPU (policy.reference_offload): not counted")
-    notes.append("not modelled: CPU offload of parameters or optimizer states (FSDP/ZeRO offload)")
-    if reference:
-        notes.append(
-            "reference: full fine-tuning keeps a frozen copy; LoRA switches the adapter off"
+                _checkpointing(module, ckpt)
+                trained = _trace_training(module, family, sizes, train_batch, compute, input_dtype)
+                for g in gpu_counts:
+                    rollout = sampled[batches[g]["rollout"]]
+                    footprint = Footprint(
+                        module_bytes=parameter_bytes(module),
+                        trainable_bytes=trainable,
+                        trainable_count=parameter_count(module, trainable=True),
+                        frozen_bytes=frozen_bytes,
+                        reference_bytes=ref_bytes,
+                        ema_bytes=copies,
+                        block_bytes=max((parameter_bytes(b) for b in blocks), default=0),
+                        activation_bytes=trained.peak_bytes,
+                        rollout_bytes=rollout.peak_bytes,
+                    )
+                    # With a reference (KL), each minibatch also runs a forward without
+                    # gradients: a rollout forward's FLOPs per sample at the training batch.
+                    flops = trained.flops + rollout.flops
+                    if reference:
+                        flops += rollout.flops * train_batch // max(batches[g]["rollout"], 1)
+                    footprints[g][Setup(lora, ckpt)] = (footprint, flops)
+    seconds = time.perf_counter() - started
+    usable = int(gpu_memory * (1 - reserve))
+    out = []
+    for g in gpu_counts:
+        planned = rows(config, footprints[g], g, usable, 1 / (tflops * 1e12 * mfu), rank)
+        chosen = cheapest(planned, recipe_lora=p.lora_rank > 0)
+        out.append(
+            Plan(
+                recipe=config.recipe,
+                model=spec.name,
+                model_source=spec.source,
+                sizes=sizes.text,
+                gpus=g,
+                gpu_memory=gpu_memory,
+                usable_memory=usable,
+                tflops=tflops,
+                mfu=mfu,
+                batches=batches[g],
+                parameters=counts,
+                rows=planned,
+                best=chosen,
+                smaller=None if chosen else smaller_minibatch(config, planned, usable),
+                footprints={setup.label: f for setup, (f, _) in footprints[g].items()},
+                notes=notes(config, reference, lagged, spec.family),
+                seconds=seconds,
+            )
         )
-    if lagged:
-        notes.append("the lagged copy of the trainable weights is counted with the parameters")
-    if spec.family in ("causal_lm", "vlm", "masked_lm"):
-        notes.append("rollout: one prefill of prompt + completion stands for generation")
-    if spec.family == "vlm":
-        notes.append("not modelled: the vision tower's forward on the prompt's pictures")
-    return notes
+    return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from genrl.planning.plan import Plan, Row
+from genrl.planning.choice import Row
+from genrl.planning.plan import Plan
 
 GIB = 2**30
 
@@ -40,7 +41,8 @@ def text(plan: Plan) -> str:
         f"  step: {plan.sizes}; training forward batch {b['train']}, rollout batch {b['rollout']} "
         f"per GPU ({b['local']} samples per GPU per iteration)",
         f"  {plan.gpus} GPU(s) of {plan.gpu_memory / GIB:.0f} GiB, {plan.tflops:.0f} TFLOP/s at "
-        f"MFU {plan.mfu:.2f}; GiB per GPU:",
+        f"MFU {plan.mfu:.2f}; fits: at most {plan.usable_memory / GIB:.0f} GiB (the rest left "
+        "for the CUDA context, fragmentation and the rewards). GiB per GPU:",
         "",
         f"  {'strategy':<10} {'setup':<11} {'params':>6} {'grads':>6} {'optim':>6} {'ref':>6} "
         f"{'act':>6} {'rollout':>7} {'gather':>6} {'total':>6}  fits  {'TFLOP':>6} {'time':>9}",
@@ -58,9 +60,20 @@ def text(plan: Plan) -> str:
         "  act: the training minibatch's forward+backward peak; rollout: one sampling step's "
         "forward; time: one rollout step + one minibatch (FLOPs / (TFLOP/s x MFU))"
     )
-    if plan.best is None:
-        lines.append("  nothing fits: more GPUs, a smaller batch or resolution, or LoRA")
+    if plan.best is None and plan.smaller is None:
+        lines.append(
+            "  nothing fits, even at train.minibatch_size=1: more GPUs, or a lower resolution"
+        )
+    elif plan.best is None and plan.smaller is not None:
+        r = plan.smaller
+        lines.append(
+            f"  nothing fits at this minibatch; estimated to fit (activations scaled to the "
+            f"batch): {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB per GPU, "
+            f"{_seconds(r.seconds).strip()} per minibatch step:"
+        )
+        lines.append(f"    {_command(plan, r)}")
     else:
+        assert plan.best is not None
         r = plan.best
         lines.append(
             f"  cheapest that fits: {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB "
@@ -76,7 +89,9 @@ def text(plan: Plan) -> str:
 def as_json(plan: Plan) -> dict[str, Any]:
     """The plan's numbers, bytes and FLOPs as integers."""
     out = asdict(plan)
-    for row, data in zip([*plan.rows, plan.best], [*out["rows"], out["best"]], strict=True):
+    rows = [*plan.rows, plan.best, plan.smaller]
+    pairs = zip(rows, [*out["rows"], out["best"], out["smaller"]], strict=True)
+    for row, data in pairs:
         if row is not None and data is not None:
             data["setup"] = row.setup.label
             data["command"] = _command(plan, row)

@@ -60,8 +60,15 @@ class LiveBytes(TorchDispatchMode):
         formula = FLOP_FORMULAS.get(func._overloadpacket)
         if formula is not None:
             self.flops += int(formula(*args, **kwargs, out_val=out))
+        # A view or an in-place result shares an input's storage: nothing new was allocated
+        # (counting it would count a weight each time it is transposed for a matmul).
+        inputs = {
+            t.untyped_storage()._cdata
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
         for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata not in inputs:
                 self._track(leaf)
         return out
 
