@@ -24,6 +24,8 @@ POLICIES: dict[str, Any] = {
     "flux2": "pipelines.diffusers.flux2:Flux2Policy",
     "flux2_klein": "pipelines.diffusers.flux2:Flux2KleinPolicy",
     "wan": "pipelines.diffusers.wan:WanPolicy",  # text-to-video
+    "ltx": "pipelines.diffusers.ltx:LTXPolicy",  # text-to-video
+    "hunyuan_video15": "pipelines.diffusers.hunyuan_video15:HunyuanVideo15Policy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.transformers.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.transformers.causal_lm:countdown_lm",

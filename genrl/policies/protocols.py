@@ -238,6 +238,8 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
 if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
     from pipelines.base import TrainablePolicy
     from pipelines.diffusers.flow_image import FlowImagePolicy
+    from pipelines.diffusers.hunyuan_video15 import HunyuanVideo15Policy
+    from pipelines.diffusers.ltx import LTXPolicy
     from pipelines.diffusers.wan import WanPolicy
     from pipelines.toy.policy import ToyDigitsPolicy
     from pipelines.transformers.causal_lm import CausalLMPolicy
@@ -249,6 +251,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         toy: ToyDigitsPolicy,
         image: FlowImagePolicy,
         video: WanPolicy,
+        ltx: LTXPolicy,
+        hunyuan: HunyuanVideo15Policy,
         causal: CausalLMPolicy,
         vlm: VLMPolicy,
         masked: MaskedLMPolicy,
@@ -257,6 +261,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _toy: FlowPolicy = toy
         _image: FlowPolicy = image
         _video: FlowPolicy = video
+        _ltx: FlowPolicy = ltx
+        _hunyuan: FlowPolicy = hunyuan
         _causal: CausalTokenPolicy = causal
         _engine: EngineTokenPolicy = causal
         _vlm: CausalTokenPolicy = vlm

@@ -2,7 +2,10 @@
 
 LoRA: diffusers LoRA weights that ``pipe.load_lora_weights(directory)`` loads into the stock
 pipeline (with adapter metadata where diffusers supports it, so that our ``lora_alpha`` holds).
-Full fine-tune: the transformer's ``save_pretrained`` in ``directory/transformer``.
+Full fine-tune: the transformer's ``save_pretrained`` in ``directory/transformer``. Pipelines
+without a LoRA loader (``HunyuanVideo15Pipeline`` in diffusers 0.42) get the same file, which
+``pipe.transformer.load_lora_adapter(directory, prefix="transformer",
+weight_name="pytorch_lora_weights.safetensors")`` loads.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ def export_diffusers(policy: Any, directory: str | Path) -> Path:
     state = {k.removeprefix(prefix): v.detach().cpu().contiguous() for k, v in state.items()}
     config: Any = cast(Any, policy.network).peft_config["default"]  # a peft LoraConfig
     kwargs: dict[str, Any] = {"transformer_lora_layers": state}
-    save = type(policy.pipe).save_lora_weights
+    save = getattr(type(policy.pipe), "save_lora_weights", None)
+    if save is None:
+        _write_lora_file(directory, state, _lora_metadata(config))
+        return directory
     if "transformer_lora_adapter_metadata" in inspect.signature(save).parameters:
         # Keeps lora_alpha and the targets, so a loaded adapter has our scaling.
         kwargs["transformer_lora_adapter_metadata"] = _lora_metadata(config)
@@ -49,3 +55,18 @@ def _lora_metadata(config: Any) -> dict[str, Any]:
         "bias": config.bias,
         "use_dora": getattr(config, "use_dora", False),
     }
+
+
+def _write_lora_file(directory: Path, state: dict[str, Any], metadata: dict[str, Any]) -> None:
+    """What ``save_lora_weights`` writes for a transformer's LoRA: keys and adapter metadata
+    under the ``transformer.`` prefix, the metadata as JSON in the safetensors header
+    (diffusers' ``LoraBaseMixin.write_lora_layers``)."""
+    import json
+
+    from diffusers.loaders.lora_base import LORA_ADAPTER_METADATA_KEY
+    from safetensors.torch import save_file
+
+    weights = {f"transformer.{k}": v for k, v in state.items()}
+    packed = json.dumps({f"transformer.{k}": v for k, v in metadata.items()}, sort_keys=True)
+    header = {"format": "pt", LORA_ADAPTER_METADATA_KEY: packed}
+    save_file(weights, str(directory / "pytorch_lora_weights.safetensors"), metadata=header)

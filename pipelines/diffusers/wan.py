@@ -39,11 +39,11 @@ from pipelines.diffusers.flow_image import FlowImagePolicy
 
 class WanPolicy(FlowImagePolicy):
     """Wan 2.1 (1.3B, 14B) and Wan 2.2 TI2V-5B text-to-video. Arguments of ``FlowImagePolicy``
-    (``height``/``width`` default to the pipeline's 480 x 832) plus:
+    (``height``/``width`` default to the pipeline's 480 x 832, ``num_frames`` to its 81;
+    ``num_frames - 1`` must be a multiple of the VAE's temporal factor, 4; Flow-GRPO trains on
+    fewer frames) plus:
 
     Args:
-        num_frames: frames per video; ``num_frames - 1`` must be a multiple of the VAE's
-            temporal factor (4): 81 is Wan's default, Flow-GRPO trains on fewer.
         vae_tiling: decode each frame in spatial tiles (``AutoencoderKLWan.enable_tiling``),
             for large resolutions on small GPUs.
     """
@@ -52,14 +52,8 @@ class WanPolicy(FlowImagePolicy):
     per_channel_latents = True
 
     def __init__(
-        self,
-        pretrained: str | None = None,
-        *,
-        num_frames: int | None = None,
-        vae_tiling: bool = False,
-        **kwargs: Any,
+        self, pretrained: str | None = None, *, vae_tiling: bool = False, **kwargs: Any
     ) -> None:
-        self._requested_frames = num_frames
         super().__init__(pretrained, **kwargs)
         if getattr(self.pipe, "transformer_2", None) is not None:
             raise ValueError(
@@ -68,10 +62,6 @@ class WanPolicy(FlowImagePolicy):
             )
         if vae_tiling:
             self.pipe.vae.enable_tiling()
-
-    @property
-    def num_frames(self) -> int:
-        return self._num_frames
 
     # -- family hooks ----------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> Condition:
@@ -82,31 +72,6 @@ class WanPolicy(FlowImagePolicy):
             device=self.device,
         )
         return {"prompt_embeds": embeds}
-
-    def _image_size(self, height: int | None, width: int | None) -> tuple[int, int]:
-        return height or self._call_default("height", 480), width or self._call_default(
-            "width", 832
-        )
-
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        temporal = self.pipe.vae_scale_factor_temporal
-        spatial = self.pipe.vae_scale_factor_spatial
-        frames = self._requested_frames or self._call_default("num_frames", 81)
-        if frames < 1 or (frames - 1) % temporal:
-            raise ValueError(
-                f"num_frames - 1 must be a multiple of {temporal} for Wan's VAE (e.g. "
-                f"{(frames - 1) // temporal * temporal + 1} or "
-                f"{((frames - 1) // temporal + 1) * temporal + 1}), got {frames}"
-            )
-        self._num_frames = frames
-        _, patch_h, patch_w = self.pipe.transformer.config.patch_size
-        if height % (spatial * patch_h) or width % (spatial * patch_w):
-            raise ValueError(
-                f"height and width must be multiples of {spatial * patch_h} for Wan, "
-                f"got {height}x{width}"
-            )
-        channels = self.pipe.transformer.config.in_channels
-        return (channels, (frames - 1) // temporal + 1, height // spatial, width // spatial)
 
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
         """The pipeline scheduler's own sigmas (``shift=None``): UniPC's flow grid for the
@@ -137,6 +102,3 @@ class WanPolicy(FlowImagePolicy):
             "timestep": time,
             "encoder_hidden_states": condition["prompt_embeds"],
         }
-
-    def _from_vae(self, decoded: torch.Tensor) -> torch.Tensor:
-        return decoded.permute(0, 2, 1, 3, 4)  # [B, 3, F, H, W] -> [B, F, 3, H, W]
