@@ -10,12 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from diffusers_tiny_video import build_wan_a14b
 from family_table import VIDEO_FAMILIES
 
 from genrl import Trainer, get_recipe
 from genrl.recipes.video_models import VIDEO_MODEL_RECIPES
 
-FAMILY = {"ltx_video_flow_grpo": "ltx", "hunyuan_video15_flow_grpo": "hunyuan_video15"}
+FAMILY = {
+    "ltx_video_flow_grpo": "ltx",
+    "hunyuan_video15_flow_grpo": "hunyuan_video15",
+    "wan22_a14b_flow_grpo": "wan",
+}
+BUILDERS = {"wan": build_wan_a14b, **{name: f.build for name, f in VIDEO_FAMILIES.items()}}
 
 
 def test_every_recipe_names_its_family() -> None:
@@ -30,10 +36,13 @@ def test_video_recipes_train_on_tiny_stand_ins(tmp_path: Path, name: str) -> Non
     from diffusers_tiny import build_clip
 
     family = FAMILY[name]
-    directory = VIDEO_FAMILIES[family].build(tmp_path / family)
+    directory = BUILDERS[family](tmp_path / family)
+    described = VIDEO_FAMILIES.get(family)
     config = get_recipe(name)
-    kwargs = {**config.policy.kwargs, **VIDEO_FAMILIES[family].policy}
+    kwargs = {**config.policy.kwargs, **(described.policy if described else {})}
     kwargs.update(height=32, width=32, num_frames=5)
+    if family == "wan":
+        kwargs["max_sequence_length"] = 16
     inner = {
         **config.reward[0].kwargs["reward"],
         "kwargs": {"model": str(build_clip(tmp_path / "clip"))},
@@ -61,9 +70,8 @@ def test_video_recipes_train_on_tiny_stand_ins(tmp_path: Path, name: str) -> Non
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
         trainer = Trainer(config)
-        configure = VIDEO_FAMILIES[family].configure
-        if configure is not None:
-            configure(trainer.policy.pipe, config.sampler.guidance_scale)
+        if described is not None and described.configure is not None:
+            described.configure(trainer.policy.pipe, config.sampler.guidance_scale)
         named = trainer.policy.network.named_parameters()
         before = {n: p.detach().clone() for n, p in named if p.requires_grad}
         metrics = trainer.train_iteration()

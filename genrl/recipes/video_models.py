@@ -1,5 +1,5 @@
 """Recipes for the text-to-video families beyond Wan 2.1 (need a GPU and the hub weights):
-LTX-Video and HunyuanVideo 1.5.
+LTX-Video, HunyuanVideo 1.5 and Wan 2.2 A14B (two experts).
 
 No released RL script trains these models (Flow-GRPO's, DanceGRPO's and BranchGRPO's video code
 is for Wan 2.1), so each recipe is ``genrl.recipes.wan.wan21_1_3b_flow_grpo`` (Flow-GRPO's
@@ -71,7 +71,24 @@ def hunyuan_video15_flow_grpo() -> TrainConfig:
     return config
 
 
+WAN22_A14B = "Wan-AI/Wan2.2-T2V-A14B-Diffusers"
+
+
+def wan22_a14b_flow_grpo() -> TrainConfig:
+    """Wan2.2-T2V-A14B (two 14B experts switched at the checkpoint's ``boundary_ratio``) with
+    the ``wan21_1_3b_flow_grpo`` settings, LoRA on both experts (``train_experts="both"``;
+    each trained step goes through the expert of its timestep). Both experts take the same CFG
+    scale (4.5; the pipeline's separate ``guidance_scale_2`` is not reproduced). The frozen
+    bf16 weights take 57 GB: shard with an ``accelerate`` FSDP config."""
+    config = wan21_1_3b_flow_grpo()
+    config.recipe = "wan22_a14b_flow_grpo"
+    config.policy.pretrained = WAN22_A14B
+    config.policy.kwargs = {**config.policy.kwargs, "train_experts": "both"}
+    return config
+
+
 VIDEO_MODEL_RECIPES = {
     "ltx_video_flow_grpo": ltx_video_flow_grpo,
     "hunyuan_video15_flow_grpo": hunyuan_video15_flow_grpo,
+    "wan22_a14b_flow_grpo": wan22_a14b_flow_grpo,
 }

@@ -22,27 +22,44 @@ def export_diffusers(policy: Any, directory: str | Path) -> Path:
     if not policy.is_lora:
         policy.pipe.transformer.save_pretrained(directory / "transformer")
         return directory
+    write_lora(policy, directory, lora_state(policy))
+    return directory
+
+
+def lora_state(policy: Any) -> dict[str, Any]:
+    """The LoRA weights of ``policy.network`` under the wrapped module's own names."""
     from peft.utils import get_peft_model_state_dict
 
     state = get_peft_model_state_dict(policy.network)
     prefix = "base_model.model."
-    state = {k.removeprefix(prefix): v.detach().cpu().contiguous() for k, v in state.items()}
+    return {k.removeprefix(prefix): v.detach().cpu().contiguous() for k, v in state.items()}
+
+
+def write_lora(
+    policy: Any, directory: Path, state: dict[str, Any], targets: list[str] | None = None
+) -> None:
+    """``state`` (a transformer's LoRA weights) as the pipeline's ``save_lora_weights`` writes
+    them into ``directory``, with ``policy.network``'s LoRA rank and alpha, and its targets
+    (or ``targets``: names as the stock transformer calls its modules)."""
+    directory.mkdir(parents=True, exist_ok=True)
     config: Any = cast(Any, policy.network).peft_config["default"]  # a peft LoraConfig
+    metadata = _lora_metadata(config)
+    if targets is not None:
+        metadata["target_modules"] = sorted(targets)
     kwargs: dict[str, Any] = {"transformer_lora_layers": state}
     save = getattr(type(policy.pipe), "save_lora_weights", None)
     if save is None:
-        _write_lora_file(directory, state, _lora_metadata(config))
-        return directory
+        _write_lora_file(directory, state, metadata)
+        return
     if "transformer_lora_adapter_metadata" in inspect.signature(save).parameters:
         # Keeps lora_alpha and the targets, so a loaded adapter has our scaling.
-        kwargs["transformer_lora_adapter_metadata"] = _lora_metadata(config)
+        kwargs["transformer_lora_adapter_metadata"] = metadata
     elif config.lora_alpha != config.r:
         # Older diffusers load every adapter with alpha = r: fold our alpha / r into B.
         scale = config.lora_alpha / config.r
         state = {k: v * scale if ".lora_B." in k else v for k, v in state.items()}
         kwargs["transformer_lora_layers"] = state
     save(str(directory), **kwargs)
-    return directory
 
 
 def _lora_metadata(config: Any) -> dict[str, Any]:
