@@ -29,6 +29,8 @@ POLICIES: dict[str, Any] = {
     "sdxl": "pipelines.diffusers.sdxl:StableDiffusionXLPolicy",
     # Masked image-token generators (MaskGRPO on images).
     "amused": "pipelines.diffusers.amused:AmusedPolicy",
+    "ltx": "pipelines.diffusers.ltx:LTXPolicy",  # text-to-video
+    "hunyuan_video15": "pipelines.diffusers.hunyuan_video15:HunyuanVideo15Policy",  # text-to-video
     # Token policies.
     "causal_lm": "pipelines.transformers.causal_lm:CausalLMPolicy",
     "countdown_lm": "pipelines.transformers.causal_lm:countdown_lm",

@@ -8,6 +8,11 @@ FLUX and QwenImage, whose ``guidance_scale`` feeds a guidance embedding or is ig
 scale for Z-Image), which is
 why a new family must say it here; ``test_stock_call_applies_guidance`` then fails for a
 description whose guidance the pipeline silently ignores.
+
+``VIDEO_FAMILIES`` describes the text-to-video families the same way, with their video size
+(``num_frames`` included); the stock call returns ``.frames`` ``[B, F, 3, H, W]`` instead of
+``.images``. ``configure(pipe, g)`` sets what a pipeline takes from its own state rather than
+from call arguments (HunyuanVideo 1.5's guider and prompt template).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 from diffusers_tiny import build_flux, build_sana, build_sd3
 from diffusers_tiny_families import build_chroma, build_lumina2, build_qwenimage, build_zimage
 from diffusers_tiny_flux2 import OUT_LAYERS, build_flux2, build_flux2_klein
+from diffusers_tiny_video import build_hunyuan_video15, build_ltx
 
 PROMPTS = ["a red cat", "a blue dog on the grass"]  # of different token lengths
 SIZE = {"height": 32, "width": 32}
@@ -57,6 +63,11 @@ class Family:
     stock_latents: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
     """Maps ``output_type="latent"`` of the stock call to our latent layout when they differ
     (FLUX.2 [klein] returns un-normalised VAE latents)."""
+    size: dict[str, Any] = field(default_factory=lambda: dict(SIZE))
+    """The image (or video) size, as adapter and stock-call keywords."""
+    configure: Callable[[Any, float], None] | None = None
+    """Sets the pipeline's own state for guidance ``g`` before a stock call (HunyuanVideo
+    1.5's guider)."""
 
 
 SHORT_SYSTEM = {"system_prompt": "Draw the prompt.", "max_sequence_length": 24}
@@ -96,6 +107,45 @@ FAMILIES["flux2_klein"] = Family(
     stock_noise=lambda policy, noise: policy._to_vae_layout(noise),
     stock_latents=lambda policy, latents: policy.from_vae_latents(latents),
 )
+VIDEO = {**SIZE, "num_frames": 5}
+HUNYUAN_SYSTEM = "Describe the video."
+
+
+def configure_hunyuan(pipe: Any, g: float) -> None:
+    """HunyuanVideo15Pipeline takes CFG from its guider and its prompt template from
+    attributes: a short system message whose template prefix is cropped exactly (the
+    released one is 108 tokens of the real tokenizer; with the fixture tokenizer it would
+    crop the prompt away), 24 prompt tokens, 16 ByT5 tokens and 4 (zero) image tokens instead
+    of 256 and 729, which make most of the tiny model's compute."""
+    from diffusers import ClassifierFreeGuidance
+
+    pipe.guider = ClassifierFreeGuidance(guidance_scale=g)
+    pipe.system_message = HUNYUAN_SYSTEM
+    prefix = f"<|im_start|>system\n{HUNYUAN_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+    pipe.prompt_template_encode_start_idx = len(pipe.tokenizer(prefix).input_ids)
+    pipe.tokenizer_max_length = 24
+    pipe.tokenizer_2_max_length = 16
+    pipe.vision_num_semantic_tokens = 4
+
+
+VIDEO_FAMILIES: dict[str, Family] = {
+    "ltx": Family(
+        build_ltx,
+        plain_cfg,
+        # Decoded at LTX-Video 0.9.1's recommended decode timestep and noise, the noise seeded.
+        {"max_sequence_length": 16, "decode_timestep": 0.05, "decode_noise_scale": 0.025},
+        {"max_sequence_length": 16, "decode_timestep": 0.05, "decode_noise_scale": 0.025},
+        size=VIDEO,
+    ),
+    "hunyuan_video15": Family(
+        build_hunyuan_video15,
+        lambda g: {},
+        {"max_sequence_length": 24},
+        size=VIDEO,
+        configure=configure_hunyuan,
+    ),
+}
+ALL_FAMILIES = {**FAMILIES, **VIDEO_FAMILIES}
 # Stock-call keywords that are not adapter settings.
 CALL_ONLY = {"sana": {"use_resolution_binning": False}}
 
@@ -103,14 +153,15 @@ CALL_ONLY = {"sana": {"use_resolution_binning": False}}
 def family_kwargs(family: str, guidance: float = 1.0) -> dict[str, Any]:
     """Adapter keywords; for a guidance-embedding family, with the embedding set to the stock
     call's ``guidance`` (so that both sides guide alike)."""
-    embedded = {"embedded_guidance": guidance} if FAMILIES[family].embedded_guidance else {}
-    return {**SIZE, **FAMILIES[family].policy, **embedded}
+    description = ALL_FAMILIES[family]
+    embedded = {"embedded_guidance": guidance} if description.embedded_guidance else {}
+    return {**description.size, **description.policy, **embedded}
 
 
 def sampler_guidance(family: str, guidance: float) -> float:
     """Our rollouts' CFG scale matching the stock call at ``guidance`` (1 for a family whose
     guidance is an embedding, set by ``family_kwargs``)."""
-    return 1.0 if FAMILIES[family].embedded_guidance else guidance
+    return 1.0 if ALL_FAMILIES[family].embedded_guidance else guidance
 
 
 def pipe_call(
@@ -120,23 +171,30 @@ def pipe_call(
     guidance: float,
     output_type: str,
     steps: int = 4,
+    prompts: list[str] | None = None,
     **extra: Any,
 ) -> torch.Tensor:
-    """The stock pipeline's own ``__call__`` with settings equal to the adapter's."""
-    description = FAMILIES[family]
+    """The stock pipeline's own ``__call__`` with settings equal to the adapter's (a video
+    family's decode noise from the adapter's seed)."""
+    description = ALL_FAMILIES[family]
     kwargs = {**description.call, **CALL_ONLY.get(family, {}), **description.stock_cfg(guidance)}
+    if description.configure is not None:
+        description.configure(policy.pipe, guidance)
+    if family in VIDEO_FAMILIES and output_type != "latent":
+        kwargs["generator"] = torch.Generator().manual_seed(policy.decode_noise_seed)
     policy.pipe.set_progress_bar_config(disable=True)
     if description.stock_noise is not None:
         noise = description.stock_noise(policy, noise)
-    images = policy.pipe(
-        prompt=list(PROMPTS),  # a copy: ZImagePipeline templates its prompt list in place
+    output = policy.pipe(
+        prompt=list(PROMPTS if prompts is None else prompts),  # a copy: ZImage templates it
         latents=noise.clone(),
         num_inference_steps=steps,
         output_type=output_type,
-        **SIZE,
+        **description.size,
         **kwargs,
         **extra,
-    ).images
+    )
+    images = output.frames if family in VIDEO_FAMILIES else output.images
     if output_type == "latent" and description.stock_latents is not None:
         return description.stock_latents(policy, images)
     return images

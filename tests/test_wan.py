@@ -270,9 +270,9 @@ def test_wan_errors_name_the_problem(wan_dir: Path) -> None:
         build_policy("wan", pretrained=str(wan_dir), **{**VIDEO, "height": 40})
     stock = WanPipeline.from_pretrained(str(wan_dir))
     components = {**stock.components, "transformer_2": stock.transformer}
-    two_experts = WanPipeline(**components, boundary_ratio=0.9)
-    with pytest.raises(ValueError, match="two transformers"):
-        build_policy("wan", pipeline=two_experts, **VIDEO)
+    no_boundary = WanPipeline(**components)  # two experts (Wan 2.2 A14B: tests/test_wan_experts.py)
+    with pytest.raises(ValueError, match="no boundary_ratio"):
+        build_policy("wan", pipeline=no_boundary, **VIDEO)
     with pytest.raises(ValueError, match="holds a WanPipeline"):
         build_policy("sd3", pretrained=str(wan_dir))
 

@@ -328,6 +328,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
     from pipelines.diffusers.amused import AmusedPolicy
     from pipelines.diffusers.diffusion_unet import DiffusionUNetPolicy
     from pipelines.diffusers.flow_image import FlowImagePolicy
+    from pipelines.diffusers.hunyuan_video15 import HunyuanVideo15Policy
+    from pipelines.diffusers.ltx import LTXPolicy
     from pipelines.diffusers.wan import WanPolicy
     from pipelines.toy.policy import ToyDigitsPolicy
     from pipelines.transformers.causal_lm import CausalLMPolicy
@@ -339,6 +341,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         toy: ToyDigitsPolicy,
         image: FlowImagePolicy,
         video: WanPolicy,
+        ltx: LTXPolicy,
+        hunyuan: HunyuanVideo15Policy,
         causal: CausalLMPolicy,
         vlm: VLMPolicy,
         masked: MaskedLMPolicy,
@@ -349,6 +353,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _toy: FlowPolicy = toy
         _image: FlowPolicy = image
         _video: FlowPolicy = video
+        _ltx: FlowPolicy = ltx
+        _hunyuan: FlowPolicy = hunyuan
         _causal: CausalTokenPolicy = causal
         _engine: EngineTokenPolicy = causal
         _vlm: CausalTokenPolicy = vlm

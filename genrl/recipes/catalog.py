@@ -93,6 +93,12 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "Wan2.1-T2V-1.3B as an image model (one frame, HPSv2.1) after DanceGRPO's Wan script.")),
     ("wan21_1_3b_branch_grpo", _hub("wan", "wan21_1_3b_branch_grpo",
         "BranchGRPO's tree on Wan2.1-T2V-1.3B video with the wan21_1_3b_flow_grpo settings.")),
+    ("ltx_video_flow_grpo", _hub("video_models", "ltx_video_flow_grpo",
+        "LTX-Video (2B) with the wan21_1_3b_flow_grpo settings and LTX's own CFG and decoding.")),
+    ("hunyuan_video15_flow_grpo", _hub("video_models", "hunyuan_video15_flow_grpo",
+        "HunyuanVideo 1.5 (8.3B, 480p) with the wan21_1_3b_flow_grpo settings and CFG 6.")),
+    ("wan22_a14b_flow_grpo", _hub("video_models", "wan22_a14b_flow_grpo",
+        "Wan2.2-T2V-A14B, LoRA on both experts, with the wan21_1_3b_flow_grpo settings.")),
     # Other objectives on the digits task and real image models.
     ("digits_ram", _embedded("objectives", "digits_ram",
         "RAM on the digits task: ODE endpoints from a lagged copy, regressed with 8 noisings "

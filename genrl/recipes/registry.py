@@ -20,6 +20,7 @@ from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.video_digits import VIDEO_RECIPES
+from genrl.recipes.video_models import VIDEO_MODEL_RECIPES
 from genrl.recipes.vlm import VLM_RECIPES
 from genrl.recipes.wan import WAN_RECIPES
 from genrl.run.config import TrainConfig
@@ -32,6 +33,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **DIFFUSION_RECIPES,
     **QWENIMAGE_RECIPES,
     **WAN_RECIPES,
+    **VIDEO_MODEL_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,

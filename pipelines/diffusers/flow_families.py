@@ -20,6 +20,8 @@ FAMILIES: dict[str, Any] = {
     "FluxPipeline": "pipelines.diffusers.flux:FluxPolicy",
     "SanaPipeline": "pipelines.diffusers.sana:SanaPolicy",
     "WanPipeline": "pipelines.diffusers.wan:WanPolicy",
+    "LTXPipeline": "pipelines.diffusers.ltx:LTXPolicy",
+    "HunyuanVideo15Pipeline": "pipelines.diffusers.hunyuan_video15:HunyuanVideo15Policy",
     "Lumina2Pipeline": "pipelines.diffusers.lumina2:Lumina2Policy",
     "QwenImagePipeline": "pipelines.diffusers.qwenimage:QwenImagePolicy",
     "QwenImageEditPipeline": "pipelines.diffusers.qwenimage_edit:QwenImageEditPolicy",

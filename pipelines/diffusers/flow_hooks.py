@@ -9,13 +9,19 @@ between the stock pipelines' loops are collected here, each with the pipeline so
   batched forward (zero padding, masked out);
 * ``dynamic_shift``: the resolution-dependent schedule shift (``mu``) of FLUX-style pipelines;
 * ``latent_statistics``: a VAE's latent normalisation, one scale and shift (SD3, FLUX, SANA,
-  Lumina2) or a mean and std per channel (Wan, QwenImage).
+  Lumina2, HunyuanVideo 1.5) or a mean and std per channel, from the VAE config (Wan,
+  QwenImage) or its buffers, over a ``scaling_factor`` (LTX-Video);
+* ``vae_compression``: a VAE's spatial and temporal compression, from the VAE itself;
+* ``latent_frames``, ``pack_video_tokens`` / ``unpack_video_tokens``: the latent grid of a
+  video and LTX's patch tokens over it;
+* ``decode_noise``: the decode timestep and decode noise of timestep-conditioned VAEs (LTX);
+* ``schedule_sigmas``: the ``sigmas`` (and ``mu``) a pipeline passes to ``set_timesteps``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,28 +143,138 @@ def flux_style_schedule(
 
 
 def latent_statistics(
-    vae_config: Mapping[str, Any], per_channel: bool, ndim: int
+    vae: Any, per_channel: bool, ndim: int
 ) -> tuple[torch.Tensor | float, torch.Tensor | float]:
-    """``(mean, std)`` with ``vae_latent = latent * std + mean`` for VAE latents of ``ndim``
-    dimensions ``[B, C, ...]``.
+    """``(mean, std)`` with ``vae_latent = latent * std + mean`` for latents of ``ndim``
+    dimensions ``[B, C, ...]`` of ``vae`` (a VAE module, or its config alone).
 
     Scalar: ``std = 1 / scaling_factor``, ``mean = shift_factor`` (0 when the VAE has none), as
-    the SD3, FLUX, SANA and Lumina2 pipelines decode. Per channel: ``latents_mean`` and
-    ``latents_std`` of the VAE config, as the Wan and QwenImage pipelines decode.
+    the SD3, FLUX, SANA, Lumina2 and HunyuanVideo 1.5 pipelines decode. Per channel:
+    ``latents_mean`` and ``latents_std`` of the VAE config (Wan, QwenImage) or else the VAE's
+    buffers of those names (LTX-Video), with ``std`` divided by the config's ``scaling_factor``
+    where it has one: ``LTXPipeline._denormalize_latents`` is ``latent * std / scaling_factor +
+    mean``, and the Wan and QwenImage VAEs have no ``scaling_factor``.
     """
+    config = getattr(vae, "config", vae)
     if not per_channel:
-        return vae_config.get("shift_factor") or 0.0, 1.0 / vae_config["scaling_factor"]
+        return config.get("shift_factor") or 0.0, 1.0 / config["scaling_factor"]
     shape = (1, -1, *(1,) * (ndim - 2))
-    mean = torch.tensor(_floats(vae_config, "latents_mean")).view(shape)
-    std = torch.tensor(_floats(vae_config, "latents_std")).view(shape)
-    return mean, std
+    mean = _channel_values(vae, config, "latents_mean").view(shape)
+    std = _channel_values(vae, config, "latents_std").view(shape)
+    return mean, std / float(config.get("scaling_factor") or 1.0)
 
 
-def _floats(config: Mapping[str, Any], key: str) -> Sequence[float]:
+def _channel_values(vae: Any, config: Mapping[str, Any], key: str) -> torch.Tensor:
     values = config.get(key)
-    if values is None:
-        raise ValueError(f"the VAE config has no {key!r} (per-channel latent normalisation)")
-    return [float(v) for v in values]
+    if values is not None:
+        return torch.tensor([float(v) for v in values])
+    buffer = getattr(vae, key, None)
+    if isinstance(buffer, torch.Tensor):
+        return buffer.detach().float().flatten()
+    raise ValueError(
+        f"the VAE has no {key!r} in its config or buffers (per-channel latent normalisation)"
+    )
+
+
+def vae_compression(pipe: Any) -> tuple[int, int]:
+    """``(spatial, temporal)`` compression of ``pipe.vae``: the VAE's own
+    ``spatial_compression_ratio`` / ``temporal_compression_ratio`` (LTX, HunyuanVideo 1.5,
+    Wan's spatial one) or its config's ``scale_factor_spatial`` / ``scale_factor_temporal``
+    (Wan), else the pipeline's ``vae_scale_factor`` (image VAEs) and no temporal compression
+    (1)."""
+    vae = pipe.vae
+    config = getattr(vae, "config", {})
+    spatial = (
+        getattr(vae, "spatial_compression_ratio", None)
+        or config.get("scale_factor_spatial")
+        or getattr(pipe, "vae_scale_factor", None)
+    )
+    if not spatial:
+        raise ValueError(
+            f"{type(pipe).__name__}: cannot tell the VAE's spatial compression (no "
+            "spatial_compression_ratio, scale_factor_spatial or vae_scale_factor)"
+        )
+    temporal = getattr(vae, "temporal_compression_ratio", None) or config.get(
+        "scale_factor_temporal"
+    )
+    return int(spatial), int(temporal or 1)
+
+
+def latent_frames(num_frames: int, temporal: int, family: str = "this model") -> int:
+    """Latent frames of a causal video VAE: the first frame alone, every later ``temporal``
+    frames in one (``(num_frames - 1) / temporal + 1``, the Wan, LTX and HunyuanVideo
+    pipelines' ``prepare_latents``); raises when ``num_frames - 1`` is no multiple."""
+    if num_frames < 1 or (num_frames - 1) % temporal:
+        below = max((num_frames - 1) // temporal, 0) * temporal + 1
+        raise ValueError(
+            f"num_frames - 1 must be a multiple of {temporal} for {family}'s VAE (e.g. "
+            f"{below} or {below + temporal}), got {num_frames}"
+        )
+    return (num_frames - 1) // temporal + 1
+
+
+def pack_video_tokens(latents: torch.Tensor, patch: int, patch_t: int) -> torch.Tensor:
+    """``[B, C, F, H, W]`` -> patch tokens ``[B, F/pt * H/p * W/p, C * pt * p * p]`` in (frame,
+    row, column) order, each token's features (channel, pt, p, p): ``LTXPipeline._pack_latents``."""
+    b, c, f, h, w = latents.shape
+    x = latents.reshape(b, c, f // patch_t, patch_t, h // patch, patch, w // patch, patch)
+    return x.permute(0, 2, 4, 6, 1, 3, 5, 7).flatten(4, 7).flatten(1, 3)
+
+
+def unpack_video_tokens(
+    tokens: torch.Tensor, grid: tuple[int, int, int], patch: int, patch_t: int
+) -> torch.Tensor:
+    """The inverse of ``pack_video_tokens`` for a latent grid ``(F, H, W)``
+    (``LTXPipeline._unpack_latents``)."""
+    f, h, w = grid
+    b = tokens.shape[0]
+    x = tokens.reshape(b, f // patch_t, h // patch, w // patch, -1, patch_t, patch, patch)
+    return x.permute(0, 4, 1, 5, 2, 6, 3, 7).reshape(b, -1, f, h, w)
+
+
+def decode_noise(
+    latents: torch.Tensor, timestep: float, noise_scale: float | None, seed: int
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Inputs of a timestep-conditioned VAE decoder (LTX-Video 0.9.1+): the latents blended
+    with noise, ``(1 - s) z + s n``, and ``temb = timestep`` per sample, with ``s =
+    noise_scale`` (``timestep`` when None), as ``LTXPipeline.__call__`` decodes with
+    ``decode_timestep`` and ``decode_noise_scale``. The noise comes from a CPU generator seeded
+    with ``seed`` at every call, so a batch decodes alike each time, and equals the stock
+    call's with ``generator=torch.Generator().manual_seed(seed)`` and given ``latents``."""
+    scale = timestep if noise_scale is None else noise_scale
+    n = latents.shape[0]
+    temb = torch.full((n,), float(timestep), device=latents.device, dtype=latents.dtype)
+    if scale == 0:
+        return latents, {"temb": temb}
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randn(latents.shape, generator=generator, dtype=latents.dtype)
+    mixed = (1 - scale) * latents + scale * noise.to(latents.device)
+    return mixed, {"temb": temb}
+
+
+SIGMA_GRIDS = ("scheduler", "flux", "linear")
+
+
+def schedule_sigmas(
+    grid: str, config: Mapping[str, Any], sequence_length: int, num_steps: int
+) -> dict[str, Any]:
+    """``set_timesteps`` arguments of a pipeline's sigma grid:
+
+    * ``"scheduler"``: none (the scheduler's own ``set_timesteps(num_steps)``);
+    * ``"flux"``: ``sigmas = linspace(1, 1/N, N)`` and ``mu`` from ``sequence_length``
+      (``flux_style_schedule``; LTX-Video, whose length is the latent grid's ``F * H * W``);
+    * ``"linear"``: ``sigmas = linspace(1, 0, N + 1)[:-1]``, shifted by the scheduler
+      (``HunyuanVideo15Pipeline.__call__``).
+    """
+    import numpy as np
+
+    if grid == "scheduler":
+        return {}
+    if grid == "flux":
+        return flux_style_schedule(config, sequence_length, num_steps)
+    if grid == "linear":
+        return {"sigmas": np.linspace(1.0, 0.0, num_steps + 1)[:-1]}
+    raise ValueError(f"unknown sigma_grid {grid!r}; one of {', '.join(SIGMA_GRIDS)}")
 
 
 def check_divisible(height: int, width: int, multiple: int, family: str = "this model") -> None:

@@ -1,4 +1,4 @@
-"""Flow-matching text-to-image models from diffusers as policies: the shared part.
+"""Flow-matching text-to-image and text-to-video models from diffusers as policies: the shared part.
 
 One adapter per model family (``pipelines/diffusers/sd3.py``, ``flux.py``, ``sana.py``, ``wan.py``,
 ``lumina2.py``, ``qwenimage.py``) supplies prompt encoding and the transformer's inputs, and
@@ -15,13 +15,17 @@ everything else the same way for all of them:
   copy) or full fine-tuning, gradient checkpointing, low-precision frozen weights;
 * the noise schedule of the pipeline's own scheduler, so that an ODE rollout reproduces
   ``pipe(...)``;
+* videos: a pipeline whose ``__call__`` takes ``num_frames`` is a video pipeline; its latents
+  are ``[C, F', H', W']`` from the VAE's own spatial and temporal compression
+  (``flow_hooks.vae_compression``), optionally as the transformer's patch tokens
+  (``latent_tokens``), decoded to ``[B, F, 3, H, W]``, with the decode timestep and noise of
+  timestep-conditioned VAEs;
 * export as diffusers LoRA weights (``pipe.load_lora_weights(dir)``) or ``save_pretrained``.
 """
 
 from __future__ import annotations
 
 import abc
-import inspect
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,13 +34,8 @@ from torch import nn
 
 from pipelines.base import Condition, FlowPolicy
 from pipelines.diffusers.checkpoint import load_pipeline
-from pipelines.diffusers.flow_hooks import (
-    Guidance,
-    check_divisible,
-    join_padded,
-    latent_statistics,
-    module_device,
-)
+from pipelines.diffusers.flow_hooks import Guidance, check_divisible, join_padded, module_device
+from pipelines.diffusers.flow_layout import LatentLayout
 from tasks.prompt import prompt_id
 
 __all__ = ["FlowImagePolicy", "check_divisible"]
@@ -57,12 +56,23 @@ ATTENTION_PROJECTIONS = [
 ]
 
 
-class FlowImagePolicy(FlowPolicy):
+class FlowImagePolicy(LatentLayout, FlowPolicy):
     """A diffusers flow-matching text-to-image pipeline as a policy.
 
     Args:
         pretrained: hub id or local directory of the pipeline (``save_pretrained`` layout).
-        height, width: image size in pixels; None uses the model's native resolution.
+        height, width: image size in pixels; None uses the model's native resolution (the
+            pipeline's ``default_sample_size``, else the call's ``height`` / ``width`` defaults).
+        num_frames: frames per video, for pipelines whose call takes ``num_frames``; ``num_frames
+            - 1`` must be a multiple of the VAE's temporal compression. None: the call's
+            default. An error for image pipelines.
+        frame_rate: frames per second, for pipelines whose call takes ``frame_rate`` (LTX-Video's
+            position encoding depends on it); None: the call's default.
+        decode_timestep, decode_noise_scale: for timestep-conditioned VAEs (LTX-Video 0.9.1+),
+            the decoder's timestep and the weight of the noise blended into the latents before
+            decoding (``flow_hooks.decode_noise``; None: the call's defaults, and the noise
+            scale then equals the timestep). Ignored by other VAEs.
+        decode_noise_seed: seed of that decode noise, drawn anew for each decoded batch.
         dtype: storage dtype of the frozen weights (``float32``, ``bfloat16``, ``float16``);
             trainable LoRA weights stay float32.
         gradient_checkpointing: recompute transformer activations in the backward pass.
@@ -98,9 +108,6 @@ class FlowImagePolicy(FlowPolicy):
     (Lumina2, whose time runs from 0 at noise to 1 at the image)."""
     prediction_sign: ClassVar[float] = 1.0
     """-1 when the transformer predicts minus the velocity ``eps - x0`` (Lumina2)."""
-    per_channel_latents: ClassVar[bool] = False
-    """The VAE normalises latents per channel (``latents_mean``/``latents_std``: Wan,
-    QwenImage) rather than by ``scaling_factor``/``shift_factor``."""
     sequence_masks: ClassVar[dict[str, str]] = {}
     """``{embedding key: mask key}`` of prompt embeddings whose length varies from batch to
     batch (padded to the longest prompt, not to a fixed width): CFG pads the conditional and
@@ -121,6 +128,11 @@ class FlowImagePolicy(FlowPolicy):
         cfg_normalization: bool | None = None,
         cfg_cutoff_sigma: float = 0.0,
         embedded_guidance: float | None = None,
+        num_frames: int | None = None,
+        frame_rate: float | None = None,
+        decode_timestep: float | None = None,
+        decode_noise_scale: float | None = None,
+        decode_noise_seed: int = 0,
         pipeline: Any = None,
     ) -> None:
         super().__init__()
@@ -141,9 +153,25 @@ class FlowImagePolicy(FlowPolicy):
         self.pipe = pipeline if pipeline is not None else self._load(pretrained, self.dtype)
         self._check_pipeline_class()
         self.negative_prompt = negative_prompt
-        self.max_sequence_length = max_sequence_length or self._call_default(
-            "max_sequence_length", 256
+        self.max_sequence_length = (
+            max_sequence_length
+            or self._call_default("max_sequence_length", None)
+            or getattr(self.pipe, "tokenizer_max_length", None)
+            or 256
         )
+        self.num_frames = self._num_frames(num_frames)
+        self.frame_rate = frame_rate or self._call_default("frame_rate", None)
+        self.decode_timestep = (
+            self._call_default("decode_timestep", 0.0)
+            if decode_timestep is None
+            else decode_timestep
+        )
+        self.decode_noise_scale = (
+            self._call_default("decode_noise_scale", None)
+            if decode_noise_scale is None
+            else decode_noise_scale
+        )
+        self.decode_noise_seed = decode_noise_seed
         transformer = self.pipe.transformer
         if gradient_checkpointing:
             transformer.enable_gradient_checkpointing()
@@ -180,27 +208,6 @@ class FlowImagePolicy(FlowPolicy):
         variance); before ``prediction_sign``."""
         return output
 
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        """One sample's latent shape for an image size, checking the size fits: by default
-        ``[C, H/f, W/f]`` with ``f`` the VAE factor and sizes multiples of ``f * patch``."""
-        factor = self.pipe.vae_scale_factor
-        config = self.pipe.transformer.config
-        check_divisible(height, width, factor * config.patch_size, self.pipeline_class)
-        return (config.in_channels, height // factor, width // factor)
-
-    def _to_vae_layout(self, latents: torch.Tensor) -> torch.Tensor:
-        """Our latents -> the VAE's ``[B, C, ...]`` layout (unpacking tokens, e.g. FLUX)."""
-        return latents
-
-    def _from_vae(self, decoded: torch.Tensor) -> torch.Tensor:
-        """The VAE's output -> images ``[B, 3, H, W]`` or videos ``[B, F, 3, H, W]``."""
-        return decoded
-
-    def _scheduler_kwargs(self, num_steps: int) -> dict[str, Any]:
-        """Extra ``set_timesteps`` arguments the pipeline passes (e.g. FLUX's ``mu``)."""
-        del num_steps
-        return {}
-
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
     def _load(cls, pretrained: str | None, dtype: torch.dtype) -> Any:
@@ -213,17 +220,6 @@ class FlowImagePolicy(FlowPolicy):
                 f"{type(self).__name__} drives a {self.pipeline_class}, got a "
                 f"{type(self.pipe).__name__} (use policy.name=flow_image to detect the family)"
             )
-
-    def _call_default(self, name: str, fallback: Any) -> Any:
-        """Default of a ``pipe(...)`` argument, so that our rollouts match a plain call."""
-        parameter = inspect.signature(type(self.pipe).__call__).parameters.get(name)
-        return fallback if parameter is None else parameter.default
-
-    def _image_size(self, height: int | None, width: int | None) -> tuple[int, int]:
-        # SD3/FLUX pipelines name their native latent size; SANA's is the transformer's.
-        size = getattr(self.pipe, "default_sample_size", None)
-        default = (size or self.pipe.transformer.config.sample_size) * self.pipe.vae_scale_factor
-        return height or default, width or default
 
     def _components(self) -> dict[str, nn.Module]:
         """Every torch module of the pipeline (transformer, VAE, text encoders)."""
@@ -274,25 +270,8 @@ class FlowImagePolicy(FlowPolicy):
 
     def _decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         """Clean latents -> VAE output in ``[-1, 1]``: unpacked, un-normalised, decoded."""
-        latents = self._to_vae_layout(latents)
-        return self._from_vae(self.pipe.vae.decode(self.denormalize(latents), return_dict=False)[0])
-
-    def denormalize(self, latents: torch.Tensor) -> torch.Tensor:
-        """Normalised latents in the VAE layout -> the VAE's latent space (``latent * std +
-        mean``, ``flow_hooks.latent_statistics``)."""
-        mean, std = self._latent_statistics(latents)
-        return latents * std + mean
-
-    def normalize(self, latents: torch.Tensor) -> torch.Tensor:
-        """The inverse of ``denormalize`` (VAE-encoded reference images)."""
-        mean, std = self._latent_statistics(latents)
-        return (latents - mean) / std
-
-    def _latent_statistics(self, latents: torch.Tensor) -> tuple[Any, Any]:
-        mean, std = latent_statistics(self.pipe.vae.config, self.per_channel_latents, latents.ndim)
-        if isinstance(mean, torch.Tensor) and isinstance(std, torch.Tensor):
-            return mean.to(latents), std.to(latents)
-        return mean, std
+        vae_latents, extra = self._decode_inputs(self.denormalize(self._to_vae_layout(latents)))
+        return self._from_vae(self.pipe.vae.decode(vae_latents, **extra, return_dict=False)[0])
 
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
         """The pipeline scheduler's sigmas for ``num_steps`` (``shift=None``), or a linear

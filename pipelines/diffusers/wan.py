@@ -23,29 +23,95 @@ a higher-order solver on the same grid. With an Euler scheduler in the pipeline 
 reproduces ``pipe(...)`` exactly. The transformer gets ``1000 * sigma`` as a float where UniPC
 passes it rounded down to an integer.
 
-Wan 2.2 A14B pairs two transformers (high-noise and low-noise experts, ``boundary_ratio``); it is
-refused with a clear error for now (one trained network per policy).
+Wan 2.2 A14B pairs two transformers, a high-noise expert (``transformer``) for timesteps ``t >=
+boundary_ratio * 1000`` and a low-noise one (``transformer_2``) below (``WanPipeline.__call__``).
+The policy's network is then ``WanExperts``, both experts in one module that sends each row of a
+batch to the expert of its own timestep, so rollouts switch at the boundary as the pipeline does
+and every trained step goes through the expert that sampled it. ``train_experts`` puts the LoRA
+(or, without LoRA, training) on both experts or one; the other stays frozen. Both experts take
+the sampler's CFG scale (the pipeline's ``guidance_scale_2=None``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from pipelines.base import Condition
 from pipelines.diffusers.flow_image import FlowImagePolicy
 
+EXPERTS = {"high_noise": "high", "low_noise": "low"}
+
+
+class WanExperts(nn.Module):
+    """Wan 2.2 A14B's two experts as one module: rows whose ``timestep >= boundary`` (1000
+    times ``boundary_ratio``) go to ``high`` (the pipeline's ``transformer``), the others to
+    ``low`` (``transformer_2``), each with its rows of every batched argument."""
+
+    def __init__(self, high: nn.Module, low: nn.Module, boundary: float) -> None:
+        super().__init__()
+        self.high, self.low, self.boundary = high, low, boundary
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, **kwargs: Any) -> Any:
+        kwargs.pop("return_dict", None)
+        n = hidden_states.shape[0]
+        time = timestep if timestep.ndim == 1 else timestep[:, 0]
+        high = time >= self.boundary
+        if bool(high.all()) or not bool(high.any()):
+            expert = self.high if bool(high.all()) else self.low
+            out = expert(
+                hidden_states=hidden_states, timestep=timestep, return_dict=False, **kwargs
+            )
+            return (self._keep_in_graph(out[0]),)
+        rows = [high.nonzero().flatten(), (~high).nonzero().flatten()]
+        outputs = []
+        for expert, index in zip((self.high, self.low), rows, strict=True):
+            picked = {
+                k: v[index] if isinstance(v, torch.Tensor) and v.shape[:1] == (n,) else v
+                for k, v in kwargs.items()
+            }
+            outputs.append(
+                expert(
+                    hidden_states=hidden_states[index],
+                    timestep=timestep[index],
+                    return_dict=False,
+                    **picked,
+                )[0]
+            )
+        order = torch.cat(rows).argsort()
+        return (self._keep_in_graph(torch.cat(outputs)[order]),)
+
+    def _keep_in_graph(self, out: torch.Tensor) -> torch.Tensor:
+        """With one expert trained (``train_experts``), a minibatch of the frozen expert's steps
+        alone would give a loss without a graph: tie it to a trained weight with weight 0, so
+        those steps contribute their true gradient, zero."""
+        if out.requires_grad or not torch.is_grad_enabled():
+            return out
+        for parameter in self.parameters():
+            if parameter.requires_grad:
+                return out + 0.0 * parameter.flatten()[0]
+        return out
+
 
 class WanPolicy(FlowImagePolicy):
-    """Wan 2.1 (1.3B, 14B) and Wan 2.2 TI2V-5B text-to-video. Arguments of ``FlowImagePolicy``
-    (``height``/``width`` default to the pipeline's 480 x 832) plus:
+    """Wan 2.1 (1.3B, 14B), Wan 2.2 TI2V-5B and Wan 2.2 A14B (two experts) text-to-video.
+    Arguments of ``FlowImagePolicy`` (``height``/``width`` default to the pipeline's 480 x 832,
+    ``num_frames`` to its 81; ``num_frames - 1`` must be a multiple of the VAE's temporal
+    factor, 4; Flow-GRPO trains on fewer frames) plus:
 
     Args:
-        num_frames: frames per video; ``num_frames - 1`` must be a multiple of the VAE's
-            temporal factor (4): 81 is Wan's default, Flow-GRPO trains on fewer.
         vae_tiling: decode each frame in spatial tiles (``AutoencoderKLWan.enable_tiling``),
             for large resolutions on small GPUs.
+        train_experts: for a checkpoint with two experts (Wan 2.2 A14B), which ones training
+            changes: ``"both"`` (default), ``"high_noise"`` (``transformer``, timesteps at or
+            above the boundary) or ``"low_noise"`` (``transformer_2``); the LoRA sits on those
+            alone. The frozen expert's steps then carry zero gradient (they are still
+            computed): keep the SDE steps in the trained expert's noise range with
+            ``sampler.sde_window_range`` to spend no compute on them. An error for
+            one-transformer checkpoints unless ``"both"``.
     """
 
     pipeline_class = "WanPipeline"
@@ -55,23 +121,85 @@ class WanPolicy(FlowImagePolicy):
         self,
         pretrained: str | None = None,
         *,
-        num_frames: int | None = None,
         vae_tiling: bool = False,
+        train_experts: str = "both",
         **kwargs: Any,
     ) -> None:
-        self._requested_frames = num_frames
         super().__init__(pretrained, **kwargs)
-        if getattr(self.pipe, "transformer_2", None) is not None:
+        if train_experts not in ("both", *EXPERTS):
             raise ValueError(
-                "this Wan checkpoint has two transformers (Wan 2.2 A14B's high- and low-noise "
-                "experts); genrl trains one network per policy: use Wan 2.1 or Wan 2.2 TI2V-5B"
+                f"train_experts must be 'both', 'high_noise' or 'low_noise', got {train_experts!r}"
+            )
+        self.train_experts = train_experts
+        low = getattr(self.pipe, "transformer_2", None)
+        self.experts = low is not None
+        """Whether the checkpoint pairs two experts (Wan 2.2 A14B)."""
+        if low is not None:
+            ratio = self.pipe.config.get("boundary_ratio")
+            if ratio is None:
+                raise ValueError(
+                    "this Wan checkpoint has a transformer_2 but no boundary_ratio in its "
+                    "model_index.json: which expert denoises which timesteps is undefined"
+                )
+            if self.pipe.transformer.is_gradient_checkpointing:
+                low.enable_gradient_checkpointing()
+            boundary = ratio * self.pipe.scheduler.config.num_train_timesteps
+            self.network = self.module = WanExperts(self.pipe.transformer, low, boundary)
+        elif train_experts != "both":
+            raise ValueError(
+                f"train_experts={train_experts!r} needs a two-expert checkpoint (Wan 2.2 A14B); "
+                "this one has one transformer"
             )
         if vae_tiling:
             self.pipe.vae.enable_tiling()
 
-    @property
-    def num_frames(self) -> int:
-        return self._num_frames
+    def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
+        """With two experts and ``train_experts`` naming one, the LoRA targets are that
+        expert's modules (full names), and under full fine-tuning the other expert stays
+        frozen."""
+        self._lora_suffixes = target_modules or self.default_lora_targets()
+        prefix = EXPERTS.get(self.train_experts)
+        if prefix is not None and rank > 0:
+            suffixes = self._lora_suffixes
+            target_modules = [
+                name
+                for name, _ in self.network.named_modules()
+                if name.startswith(prefix + ".")
+                and any(name == s or name.endswith("." + s) for s in suffixes)
+            ]
+        super().setup_training(rank, alpha, target_modules)
+        if prefix is not None and rank == 0:
+            other = "low" if prefix == "high" else "high"
+            getattr(self.network, other).requires_grad_(False)
+
+    def export(self, directory: str | Path) -> Path:
+        """Two experts: the high-noise expert's LoRA in ``directory`` and the low-noise one's in
+        ``directory/transformer_2`` (``pipe.load_lora_weights(directory)`` and
+        ``pipe.load_lora_weights(directory / "transformer_2", load_into_transformer_2=True)``;
+        an expert that was not trained has no file); full fine-tuning saves
+        ``directory/transformer`` and ``directory/transformer_2``."""
+        if not self.experts:
+            return super().export(directory)
+        from pipelines.diffusers.flow_export import lora_state, write_lora
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        trained = ["high", "low"] if self.train_experts == "both" else [EXPERTS[self.train_experts]]
+        places = {
+            "high": ("transformer", directory),
+            "low": ("transformer_2", directory / "transformer_2"),
+        }
+        if not self.is_lora:
+            for expert in trained:
+                name, _ = places[expert]
+                getattr(self.pipe, name).save_pretrained(directory / name)
+            return directory
+        state = lora_state(self)
+        for expert in trained:
+            prefix = expert + "."
+            part = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
+            write_lora(self, places[expert][1], part, targets=self._lora_suffixes)
+        return directory
 
     # -- family hooks ----------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> Condition:
@@ -82,31 +210,6 @@ class WanPolicy(FlowImagePolicy):
             device=self.device,
         )
         return {"prompt_embeds": embeds}
-
-    def _image_size(self, height: int | None, width: int | None) -> tuple[int, int]:
-        return height or self._call_default("height", 480), width or self._call_default(
-            "width", 832
-        )
-
-    def _latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        temporal = self.pipe.vae_scale_factor_temporal
-        spatial = self.pipe.vae_scale_factor_spatial
-        frames = self._requested_frames or self._call_default("num_frames", 81)
-        if frames < 1 or (frames - 1) % temporal:
-            raise ValueError(
-                f"num_frames - 1 must be a multiple of {temporal} for Wan's VAE (e.g. "
-                f"{(frames - 1) // temporal * temporal + 1} or "
-                f"{((frames - 1) // temporal + 1) * temporal + 1}), got {frames}"
-            )
-        self._num_frames = frames
-        _, patch_h, patch_w = self.pipe.transformer.config.patch_size
-        if height % (spatial * patch_h) or width % (spatial * patch_w):
-            raise ValueError(
-                f"height and width must be multiples of {spatial * patch_h} for Wan, "
-                f"got {height}x{width}"
-            )
-        channels = self.pipe.transformer.config.in_channels
-        return (channels, (frames - 1) // temporal + 1, height // spatial, width // spatial)
 
     def sigma_schedule(self, num_steps: int, shift: float | None = None) -> torch.Tensor:
         """The pipeline scheduler's own sigmas (``shift=None``): UniPC's flow grid for the
@@ -137,6 +240,3 @@ class WanPolicy(FlowImagePolicy):
             "timestep": time,
             "encoder_hidden_states": condition["prompt_embeds"],
         }
-
-    def _from_vae(self, decoded: torch.Tensor) -> torch.Tensor:
-        return decoded.permute(0, 2, 1, 3, 4)  # [B, 3, F, H, W] -> [B, F, 3, H, W]
