@@ -295,3 +295,23 @@ def test_a_smaller_minibatch_when_nothing_fits(tiny_plan):
     assert row.estimated and row.memory.total <= least - 1
     assert row.flags[-2:] == ["train.minibatch_size=1", "train.gradient_accumulation_steps=2"]
     assert smaller_minibatch(config, tiny_plan.rows, 1) is None
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    ["digits_flow_grpo", "digits_ram", "digits_gdro", "digits_diffusion_nft", "digits_dgpo",
+     "digits_awm", "digits_branch_grpo", "llm_countdown_grpo", "dllm_sudoku_maskgrpo"],
+)  # fmt: skip
+def test_model_copies_agree_with_the_built_algorithms(recipe):
+    """genrl/planning/copies.py against the rollout's and objective's own properties."""
+    from genrl.algorithms import ALGORITHMS
+    from genrl.planning.copies import model_copies
+    from genrl.run.components import build_policy_from
+
+    config = get_recipe(recipe)
+    rollout, objective = ALGORITHMS[config.algorithm.name](config.algorithm, config).build(
+        build_policy_from(config)
+    )
+    reference, lagged = model_copies(config.algorithm)
+    assert reference == (rollout.uses_reference or objective.uses_reference)
+    assert lagged == (getattr(rollout, "lagged_config", None) is not None)

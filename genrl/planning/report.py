@@ -19,7 +19,7 @@ def _seconds(s: float) -> str:
     return f"{s * 1e3:6.0f} ms" if s < 1 else f"{s:6.2f} s "
 
 
-def _command(plan: Plan, row: Row) -> str:
+def command(plan: Plan, row: Row) -> str:
     sets = " ".join(f"--set {f}" for f in row.flags)
     if plan.gpus == 1:
         return f"genrl train {plan.recipe} {sets}".rstrip()
@@ -34,7 +34,7 @@ def _command(plan: Plan, row: Row) -> str:
 
 def text(plan: Plan) -> str:
     """The plan as lines of at most ~110 characters."""
-    counts = ", ".join(f"{k} {v / 1e9:.2f}B" for k, v in plan.parameters.items())
+    counts = ", ".join(f"{k} {v / 1e9:.2f}B" for k, v in plan.parameters.items() if v)
     b = plan.batches
     lines = [
         f"genrl plan {plan.recipe}: {plan.model} ({counts})",
@@ -71,7 +71,7 @@ def text(plan: Plan) -> str:
             f"batch): {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB per GPU, "
             f"{_seconds(r.seconds).strip()} per minibatch step:"
         )
-        lines.append(f"    {_command(plan, r)}")
+        lines.append(f"    {command(plan, r)}")
     else:
         assert plan.best is not None
         r = plan.best
@@ -79,7 +79,7 @@ def text(plan: Plan) -> str:
             f"  cheapest that fits: {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB "
             f"per GPU, {_seconds(r.seconds).strip()} per step:"
         )
-        lines.append(f"    {_command(plan, r)}")
+        lines.append(f"    {command(plan, r)}")
     for note in plan.notes:
         lines.append(f"  note: {note}")
     lines.append(f"  (planned in {plan.seconds:.1f} s on fake tensors; nothing was allocated)")
@@ -94,5 +94,5 @@ def as_json(plan: Plan) -> dict[str, Any]:
     for row, data in pairs:
         if row is not None and data is not None:
             data["setup"] = row.setup.label
-            data["command"] = _command(plan, row)
+            data["command"] = command(plan, row)
     return out
