@@ -197,7 +197,9 @@ def plans(
         for lora in (False, True):
             if lora:
                 set_dtype(module, frozen_dtype)
-                targets = p.lora_target_modules or default_lora_targets(family.lora_targets, module)
+                targets = p.lora_target_modules or default_lora_targets(
+                    family.lora_targets, module, family.lora_excluded
+                )
                 if add_lora(module, rank, p.lora_alpha, targets) == 0:
                     raise ConfigError(f"policy.lora_target_modules {targets} match no linear layer")
                 counts["LoRA adapter"] = parameter_count(module, trainable=True)
