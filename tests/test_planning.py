@@ -315,3 +315,19 @@ def test_model_copies_agree_with_the_built_algorithms(recipe):
     reference, lagged = model_copies(config.algorithm)
     assert reference == (rollout.uses_reference or objective.uses_reference)
     assert lagged == (getattr(rollout, "lagged_config", None) is not None)
+
+
+def test_the_output_fits_on_a_screen_and_the_json_has_the_numbers(tiny_plan):
+    from genrl.planning.report import as_json, text
+
+    lines = text(tiny_plan).splitlines()
+    print("\n".join(lines))
+    assert len(lines) <= 50 and max(len(line) for line in lines) <= 120
+    assert "cheapest that fits" in text(tiny_plan)
+    data = json.loads(json.dumps(as_json(tiny_plan)))
+    assert data["best"]["command"].startswith("genrl train sd35m_pickscore")
+    assert {r["setup"] for r in data["rows"]} == {"full", "full +ckpt", "LoRA", "LoRA +ckpt"}
+    assert (
+        data["footprints"]["LoRA"]["trainable_bytes"]
+        == tiny_plan.footprints["LoRA"].trainable_bytes
+    )

@@ -38,12 +38,13 @@ def text(plan: Plan) -> str:
     b = plan.batches
     lines = [
         f"genrl plan {plan.recipe}: {plan.model} ({counts})",
-        f"  step: {plan.sizes}; training forward batch {b['train']}, rollout batch {b['rollout']} "
-        f"per GPU ({b['local']} samples per GPU per iteration)",
+        f"  step: {plan.sizes}; per GPU: training forward batch {b['train']}, rollout batch "
+        f"{b['rollout']}, {b['local']} samples an iteration",
         f"  {plan.gpus} GPU(s) of {plan.gpu_memory / GIB:.0f} GiB, {plan.tflops:.0f} TFLOP/s at "
-        f"MFU {plan.mfu:.2f}; fits: at most {plan.usable_memory / GIB:.0f} GiB (the rest left "
-        "for the CUDA context, fragmentation and the rewards). GiB per GPU:",
+        f"MFU {plan.mfu:.2f}; fits: at most {plan.usable_memory / GIB:.0f} GiB (the rest: CUDA "
+        "context, fragmentation)",
         "",
+        "  GiB per GPU:",
         f"  {'strategy':<10} {'setup':<11} {'params':>6} {'grads':>6} {'optim':>6} {'ref':>6} "
         f"{'act':>6} {'rollout':>7} {'gather':>6} {'total':>6}  fits  {'TFLOP':>6} {'time':>9}",
     ]
@@ -57,8 +58,10 @@ def text(plan: Plan) -> str:
         )
     lines.append("")
     lines.append(
-        "  act: the training minibatch's forward+backward peak; rollout: one sampling step's "
-        "forward; time: one rollout step + one minibatch (FLOPs / (TFLOP/s x MFU))"
+        "  act: the training minibatch's forward+backward peak; rollout: one sampling step's"
+    )
+    lines.append(
+        "  forward; time: one rollout step + one minibatch per GPU, FLOPs / (TFLOP/s x MFU)"
     )
     if plan.best is None and plan.smaller is None:
         lines.append(
