@@ -1,7 +1,7 @@
 """Write the tables of ``docs/will_it_fit.md`` by running ``genrl plan`` (``genrl.planning``) on
 the shipped real-model recipes, on 1, 2, 4 and 8 GPUs of 80 GB.
 
-python scripts/will_it_fit.py > /tmp/tables.md            # every recipe below
+python scripts/will_it_fit.py > tables.md                 # every recipe below
 python scripts/will_it_fit.py sd35m_pickscore             # some of them
 """
 

@@ -331,3 +331,18 @@ def test_the_output_fits_on_a_screen_and_the_json_has_the_numbers(tiny_plan):
         data["footprints"]["LoRA"]["trainable_bytes"]
         == tiny_plan.footprints["LoRA"].trainable_bytes
     )
+
+
+@pytest.mark.slow
+def test_genrl_plan_of_a_real_recipe_end_to_end(capsys):
+    """The command on Qwen3-0.6B (its real config, nothing allocated): JSON with every row."""
+    import resource
+
+    from genrl.cli.main import main
+
+    assert main(["plan", "qwen3_countdown_grpo", "--gpus", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # The model card: 0.44B non-embedding parameters + a tied 151936 x 1024 embedding.
+    assert data["parameters"]["trained module"] == 596049920
+    assert len(data["rows"]) == 4 * len(STRATEGIES) and data["best"]["fits"]
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 3 * 2**20  # kB: under 3 GB

@@ -64,9 +64,12 @@ def text(plan: Plan) -> str:
         "  forward; time: one rollout step + one minibatch per GPU, FLOPs / (TFLOP/s x MFU)"
     )
     if plan.best is None and plan.smaller is None:
-        lines.append(
-            "  nothing fits, even at train.minibatch_size=1: more GPUs, or a lower resolution"
-        )
+        least = min(plan.rows, key=lambda r: r.memory.total).memory
+        if least.rollout > least.gradients + least.activations:
+            hint = "the rollout step dominates: a smaller train.rollout_batch_size, or more GPUs"
+        else:
+            hint = "even at train.minibatch_size=1: more GPUs, or a lower resolution"
+        lines.append(f"  nothing fits ({hint})")
     elif plan.best is None and plan.smaller is not None:
         r = plan.smaller
         lines.append(
