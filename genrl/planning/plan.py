@@ -166,8 +166,9 @@ def plans(
 ) -> list[Plan]:
     """``plan`` for each GPU count, tracing each training setup once (a rollout step is traced
     once per distinct per-GPU rollout batch)."""
-    if any(g < 1 for g in gpu_counts):
-        raise ConfigError(f"--gpus must be >= 1, got {gpu_counts}")
+    for g in gpu_counts:
+        if g < 1:
+            raise ConfigError(f"--gpus must be >= 1, got {g}")
     if not 0 <= reserve < 1:
         raise ConfigError(f"--reserve must be in [0, 1), got {reserve}")
     started = time.perf_counter()
