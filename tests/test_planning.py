@@ -346,3 +346,26 @@ def test_genrl_plan_of_a_real_recipe_end_to_end(capsys):
     assert data["parameters"]["trained module"] == 596049920
     assert len(data["rows"]) == 4 * len(STRATEGIES) and data["best"]["fits"]
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 3 * 2**20  # kB: under 3 GB
+
+
+# Published sizes of the trained modules (billions; the model cards' and hub pages' figures,
+# rounded as they give them): a wrong width or depth in a model file moves its count far more.
+PUBLISHED = {
+    "flux1_dev": 12, "llada_8b": 8, "qwen25_vl_3b": 3.75, "qwen25_vl_7b": 8.29,
+    "qwen3_0_6b": 0.6, "qwen3_8b": 8.2, "qwen_image": 20, "sd35_large": 8.1,
+    "sd35_medium": 2.5, "wan21_t2v_14b": 14, "wan21_t2v_1_3b": 1.3, "wan22_ti2v_5b": 5,
+}  # fmt: skip
+
+
+def test_every_model_file_builds_at_its_published_size():
+    from genrl.planning.modelling import build_component, load_model_spec, model_keys
+
+    assert set(model_keys()) == set(PUBLISHED)
+    for key, billions in PUBLISHED.items():
+        spec = load_model_spec(key)
+        with torch.device("meta"):
+            count = sum(
+                p.numel() for p in build_component(spec.trained, torch.bfloat16).parameters()
+            )
+        # SD3.5-medium's card says 2.5B for MMDiT-X; its transformer config builds 2.24B.
+        assert abs(count / 1e9 - billions) <= 0.12 * billions, (key, count)
