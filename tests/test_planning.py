@@ -295,3 +295,77 @@ def test_a_smaller_minibatch_when_nothing_fits(tiny_plan):
     assert row.estimated and row.memory.total <= least - 1
     assert row.flags[-2:] == ["train.minibatch_size=1", "train.gradient_accumulation_steps=2"]
     assert smaller_minibatch(config, tiny_plan.rows, 1) is None
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    ["digits_flow_grpo", "digits_ram", "digits_gdro", "digits_diffusion_nft", "digits_dgpo",
+     "digits_awm", "digits_branch_grpo", "llm_countdown_grpo", "dllm_sudoku_maskgrpo"],
+)  # fmt: skip
+def test_model_copies_agree_with_the_built_algorithms(recipe):
+    """genrl/planning/copies.py against the rollout's and objective's own properties."""
+    from genrl.algorithms import ALGORITHMS
+    from genrl.planning.copies import model_copies
+    from genrl.run.components import build_policy_from
+
+    config = get_recipe(recipe)
+    rollout, objective = ALGORITHMS[config.algorithm.name](config.algorithm, config).build(
+        build_policy_from(config)
+    )
+    reference, lagged = model_copies(config.algorithm)
+    assert reference == (rollout.uses_reference or objective.uses_reference)
+    assert lagged == (getattr(rollout, "lagged_config", None) is not None)
+
+
+def test_the_output_fits_on_a_screen_and_the_json_has_the_numbers(tiny_plan):
+    from genrl.planning.report import as_json, text
+
+    lines = text(tiny_plan).splitlines()
+    print("\n".join(lines))
+    assert len(lines) <= 50 and max(len(line) for line in lines) <= 120
+    assert "cheapest that fits" in text(tiny_plan)
+    data = json.loads(json.dumps(as_json(tiny_plan)))
+    assert data["best"]["command"].startswith("genrl train sd35m_pickscore")
+    assert {r["setup"] for r in data["rows"]} == {"full", "full +ckpt", "LoRA", "LoRA +ckpt"}
+    assert (
+        data["footprints"]["LoRA"]["trainable_bytes"]
+        == tiny_plan.footprints["LoRA"].trainable_bytes
+    )
+
+
+@pytest.mark.slow
+def test_genrl_plan_of_a_real_recipe_end_to_end(capsys):
+    """The command on Qwen3-0.6B (its real config, nothing allocated): JSON with every row."""
+    import resource
+
+    from genrl.cli.main import main
+
+    assert main(["plan", "qwen3_countdown_grpo", "--gpus", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # The model card: 0.44B non-embedding parameters + a tied 151936 x 1024 embedding.
+    assert data["parameters"]["trained module"] == 596049920
+    assert len(data["rows"]) == 4 * len(STRATEGIES) and data["best"]["fits"]
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 3 * 2**20  # kB: under 3 GB
+
+
+# Published sizes of the trained modules (billions; the model cards' and hub pages' figures,
+# rounded as they give them): a wrong width or depth in a model file moves its count far more.
+PUBLISHED = {
+    "flux1_dev": 12, "llada_8b": 8, "qwen25_vl_3b": 3.75, "qwen25_vl_7b": 8.29,
+    "qwen3_0_6b": 0.6, "qwen3_8b": 8.2, "qwen_image": 20, "sd35_large": 8.1,
+    "sd35_medium": 2.5, "wan21_t2v_14b": 14, "wan21_t2v_1_3b": 1.3, "wan22_ti2v_5b": 5,
+}  # fmt: skip
+
+
+def test_every_model_file_builds_at_its_published_size():
+    from genrl.planning.modelling import build_component, load_model_spec, model_keys
+
+    assert set(model_keys()) == set(PUBLISHED)
+    for key, billions in PUBLISHED.items():
+        spec = load_model_spec(key)
+        with torch.device("meta"):
+            count = sum(
+                p.numel() for p in build_component(spec.trained, torch.bfloat16).parameters()
+            )
+        # SD3.5-medium's card says 2.5B for MMDiT-X; its transformer config builds 2.24B.
+        assert abs(count / 1e9 - billions) <= 0.12 * billions, (key, count)

@@ -72,6 +72,8 @@ def rows(
             m = memory(f, strategy, gpus)
             name = strategy.name if gpus > 1 else "1 GPU"
             launch = strategy.launch_config if gpus > 1 else ""
+            if setup.lora and launch == "fsdp2_full.yaml":
+                launch = "fsdp2_lora.yaml"  # the same FSDP2 settings, named for LoRA
             out.append(
                 Row(name, setup, m, m.total <= gpu_memory, flops, flops * seconds_per_flop,
                     flags, launch)
@@ -136,6 +138,11 @@ def notes(config: Any, reference: bool, lagged: bool, family: str) -> list[str]:
     if config.policy.reference_offload:
         out.append("the reference copy is offloaded to the CPU (policy.reference_offload)")
     out.append("not modelled: CPU offload of parameters or optimizer states (FSDP/ZeRO offload)")
+    if config.policy.dtype == "float32":
+        out.append(
+            "frozen weights are float32 (policy.dtype): --set policy.dtype=bfloat16 halves the "
+            "LoRA base, the reference copy and the frozen components"
+        )
     if reference:
         out.append("ref: full fine-tuning keeps a frozen copy; LoRA switches the adapter off")
     if lagged:

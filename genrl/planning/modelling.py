@@ -185,12 +185,23 @@ def add_lora(module: nn.Module, rank: int, alpha: float, targets: list[str]) -> 
     return len(matched)
 
 
-def default_lora_targets(family_targets: list[str] | None, module: nn.Module) -> list[str]:
+def default_lora_targets(
+    family_targets: list[str] | None, module: nn.Module, excluded: tuple[str, ...] = ()
+) -> list[str]:
     """The adapter's default targets: its family's list, or every linear layer (the base
-    adapter's default)."""
-    if family_targets is not None:
+    adapter's default). With ``excluded`` name parts (a VLM's vision tower), the full names of
+    the matching layers outside them, as ``pipelines/transformers/vlm.py`` chooses."""
+    if family_targets is None:
+        return [n for n, m in module.named_modules() if isinstance(m, nn.Linear)]
+    if not excluded:
         return list(family_targets)
-    return [n for n, m in module.named_modules() if isinstance(m, nn.Linear)]
+    return [
+        name
+        for name, m in module.named_modules()
+        if isinstance(m, nn.Linear)
+        and name.rsplit(".", 1)[-1] in family_targets
+        and not any(part in name.split(".") for part in excluded)
+    ]
 
 
 def repeated_blocks(module: nn.Module) -> list[nn.Module]:

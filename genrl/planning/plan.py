@@ -166,8 +166,9 @@ def plans(
 ) -> list[Plan]:
     """``plan`` for each GPU count, tracing each training setup once (a rollout step is traced
     once per distinct per-GPU rollout batch)."""
-    if any(g < 1 for g in gpu_counts):
-        raise ConfigError(f"--gpus must be >= 1, got {gpu_counts}")
+    for g in gpu_counts:
+        if g < 1:
+            raise ConfigError(f"--gpus must be >= 1, got {g}")
     if not 0 <= reserve < 1:
         raise ConfigError(f"--reserve must be in [0, 1), got {reserve}")
     started = time.perf_counter()
@@ -197,7 +198,9 @@ def plans(
         for lora in (False, True):
             if lora:
                 set_dtype(module, frozen_dtype)
-                targets = p.lora_target_modules or default_lora_targets(family.lora_targets, module)
+                targets = p.lora_target_modules or default_lora_targets(
+                    family.lora_targets, module, family.lora_excluded
+                )
                 if add_lora(module, rank, p.lora_alpha, targets) == 0:
                     raise ConfigError(f"policy.lora_target_modules {targets} match no linear layer")
                 counts["LoRA adapter"] = parameter_count(module, trainable=True)

@@ -19,7 +19,7 @@ def _seconds(s: float) -> str:
     return f"{s * 1e3:6.0f} ms" if s < 1 else f"{s:6.2f} s "
 
 
-def _command(plan: Plan, row: Row) -> str:
+def command(plan: Plan, row: Row) -> str:
     sets = " ".join(f"--set {f}" for f in row.flags)
     if plan.gpus == 1:
         return f"genrl train {plan.recipe} {sets}".rstrip()
@@ -34,16 +34,17 @@ def _command(plan: Plan, row: Row) -> str:
 
 def text(plan: Plan) -> str:
     """The plan as lines of at most ~110 characters."""
-    counts = ", ".join(f"{k} {v / 1e9:.2f}B" for k, v in plan.parameters.items())
+    counts = ", ".join(f"{k} {v / 1e9:.2f}B" for k, v in plan.parameters.items() if v)
     b = plan.batches
     lines = [
         f"genrl plan {plan.recipe}: {plan.model} ({counts})",
-        f"  step: {plan.sizes}; training forward batch {b['train']}, rollout batch {b['rollout']} "
-        f"per GPU ({b['local']} samples per GPU per iteration)",
+        f"  step: {plan.sizes}; per GPU: training forward batch {b['train']}, rollout batch "
+        f"{b['rollout']}, {b['local']} samples an iteration",
         f"  {plan.gpus} GPU(s) of {plan.gpu_memory / GIB:.0f} GiB, {plan.tflops:.0f} TFLOP/s at "
-        f"MFU {plan.mfu:.2f}; fits: at most {plan.usable_memory / GIB:.0f} GiB (the rest left "
-        "for the CUDA context, fragmentation and the rewards). GiB per GPU:",
+        f"MFU {plan.mfu:.2f}; fits: at most {plan.usable_memory / GIB:.0f} GiB (the rest: CUDA "
+        "context, fragmentation)",
         "",
+        "  GiB per GPU:",
         f"  {'strategy':<10} {'setup':<11} {'params':>6} {'grads':>6} {'optim':>6} {'ref':>6} "
         f"{'act':>6} {'rollout':>7} {'gather':>6} {'total':>6}  fits  {'TFLOP':>6} {'time':>9}",
     ]
@@ -57,13 +58,18 @@ def text(plan: Plan) -> str:
         )
     lines.append("")
     lines.append(
-        "  act: the training minibatch's forward+backward peak; rollout: one sampling step's "
-        "forward; time: one rollout step + one minibatch (FLOPs / (TFLOP/s x MFU))"
+        "  act: the training minibatch's forward+backward peak; rollout: one sampling step's"
+    )
+    lines.append(
+        "  forward; time: one rollout step + one minibatch per GPU, FLOPs / (TFLOP/s x MFU)"
     )
     if plan.best is None and plan.smaller is None:
-        lines.append(
-            "  nothing fits, even at train.minibatch_size=1: more GPUs, or a lower resolution"
-        )
+        least = min(plan.rows, key=lambda r: r.memory.total).memory
+        if least.rollout > least.gradients + least.activations:
+            hint = "the rollout step dominates: a smaller train.rollout_batch_size, or more GPUs"
+        else:
+            hint = "even at train.minibatch_size=1: more GPUs, or a lower resolution"
+        lines.append(f"  nothing fits ({hint})")
     elif plan.best is None and plan.smaller is not None:
         r = plan.smaller
         lines.append(
@@ -71,7 +77,7 @@ def text(plan: Plan) -> str:
             f"batch): {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB per GPU, "
             f"{_seconds(r.seconds).strip()} per minibatch step:"
         )
-        lines.append(f"    {_command(plan, r)}")
+        lines.append(f"    {command(plan, r)}")
     else:
         assert plan.best is not None
         r = plan.best
@@ -79,7 +85,7 @@ def text(plan: Plan) -> str:
             f"  cheapest that fits: {r.strategy}, {r.setup.label}, {r.memory.total / GIB:.1f} GiB "
             f"per GPU, {_seconds(r.seconds).strip()} per step:"
         )
-        lines.append(f"    {_command(plan, r)}")
+        lines.append(f"    {command(plan, r)}")
     for note in plan.notes:
         lines.append(f"  note: {note}")
     lines.append(f"  (planned in {plan.seconds:.1f} s on fake tensors; nothing was allocated)")
@@ -94,5 +100,5 @@ def as_json(plan: Plan) -> dict[str, Any]:
     for row, data in pairs:
         if row is not None and data is not None:
             data["setup"] = row.setup.label
-            data["command"] = _command(plan, row)
+            data["command"] = command(plan, row)
     return out

@@ -2,7 +2,8 @@
 
 The inputs (``Footprint``) are exact byte counts of the fake-built model and the traced peaks of
 its steps; the strategies divide them as each one does (Rajbhandari et al. 2020, "ZeRO", table
-1 and section 5; Zhao et al. 2023, "PyTorch FSDP", section 3):
+1 and section 5; Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
+Parallel"):
 
 | strategy | parameters | gradients | optimizer states | transient |
 |---|---|---|---|---|

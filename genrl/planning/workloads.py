@@ -46,6 +46,8 @@ class Family:
         lora_targets: the adapter's default ``lora_target_modules`` (None: every linear layer).
         guided: classifier-free guidance runs both branches in one batched forward when
             ``sampler.guidance_scale > 1`` (``pipelines/diffusers/flow_image.py``).
+        lora_excluded: name parts whose layers the default LoRA leaves alone (a VLM's vision
+            tower, ``pipelines/transformers/vlm.py`` ``VISION_PARTS``).
     """
 
     sizes: Callable[[dict[str, Any], dict[str, Any], dict[str, int]], Sizes]
@@ -53,6 +55,7 @@ class Family:
     output: Callable[[Any], torch.Tensor]
     lora_targets: list[str] | None = field(default_factory=lambda: list(DIFFUSERS_LORA))
     guided: bool = True
+    lora_excluded: tuple[str, ...] = ()
 
 
 def _get(kwargs: dict[str, Any], defaults: dict[str, Any], key: str, fallback: int) -> int:
@@ -176,7 +179,14 @@ FAMILIES: dict[str, Family] = {
     "wan": Family(_video_sizes, _wan_inputs, _first),
     "causal_lm": Family(_token_sizes, _token_inputs, _logits, list(TRANSFORMERS_LORA), False),
     "masked_lm": Family(_token_sizes, _token_inputs, _logits, list(TRANSFORMERS_LORA), False),
-    "vlm": Family(_token_sizes, _token_inputs, _logits, list(TRANSFORMERS_LORA), False),
+    "vlm": Family(
+        _token_sizes,
+        _token_inputs,
+        _logits,
+        list(TRANSFORMERS_LORA),
+        False,
+        ("visual", "vision_tower", "vision_model", "multi_modal_projector", "connector"),
+    ),
 }
 
 
