@@ -24,6 +24,11 @@ POLICIES: dict[str, Any] = {
     "flux2": "pipelines.diffusers.flux2:Flux2Policy",
     "flux2_klein": "pipelines.diffusers.flux2:Flux2KleinPolicy",
     "wan": "pipelines.diffusers.wan:WanPolicy",  # text-to-video
+    # Diffusers epsilon / v-prediction UNet models, sampled with DDIM.
+    "sd": "pipelines.diffusers.sd:StableDiffusionPolicy",
+    "sdxl": "pipelines.diffusers.sdxl:StableDiffusionXLPolicy",
+    # Masked image-token generators (MaskGRPO on images).
+    "amused": "pipelines.diffusers.amused:AmusedPolicy",
     "ltx": "pipelines.diffusers.ltx:LTXPolicy",  # text-to-video
     "hunyuan_video15": "pipelines.diffusers.hunyuan_video15:HunyuanVideo15Policy",  # text-to-video
     # Token policies.

@@ -11,7 +11,10 @@ Every sampler also exposes ``stochastic_steps``, a ``[T]`` bool tensor of the st
 density (std > 0), i.e. the steps an algorithm can train on.
 
 The stochastic flow samplers (Flow-GRPO SDE and its Wan variant, DanceGRPO SDE, CPS) share ``GaussianFlowSampler``
-and take the same ``(sigmas, noise_level, log_prob_reduction)`` arguments.
+and take the same ``(sigmas, noise_level, log_prob_reduction)`` arguments. DDIM's stochastic
+step for epsilon / v-prediction diffusion models (``samplers.ddim``, DDPO's sampler) follows the
+same step contract on a ``DDIMSchedule`` (the scheduler's timesteps and ``alphas_cumprod``)
+instead of sigmas; it is not in ``SAMPLER_CATALOG``, whose names the flow rollouts choose from.
 
 The package imports no torch until a name is used (PEP 562), so that ``samplers.catalog`` (the
 names a config may choose, with their traits) is read by the config checks before torch loads.
@@ -27,6 +30,7 @@ from samplers.catalog import SAMPLER_CATALOG
 if TYPE_CHECKING:
     from samplers.base import LOG_PROB_REDUCTIONS, StepOutput, gaussian_log_prob
     from samplers.dance_sde import DanceSDESampler
+    from samplers.ddim import DDIMSampler, DDIMSchedule, step_with_logprob
     from samplers.flow_cps import FlowCPSSampler
     from samplers.flow_ode import FlowODESampler
     from samplers.flow_sde import FlowSDESampler
@@ -42,6 +46,9 @@ _HOMES = {
     "StepOutput": "samplers.base",
     "gaussian_log_prob": "samplers.base",
     "DanceSDESampler": "samplers.dance_sde",
+    "DDIMSampler": "samplers.ddim",
+    "DDIMSchedule": "samplers.ddim",
+    "step_with_logprob": "samplers.ddim",
     "FlowCPSSampler": "samplers.flow_cps",
     "FlowODESampler": "samplers.flow_ode",
     "FlowSDESampler": "samplers.flow_sde",
@@ -74,6 +81,8 @@ __all__ = [
     "LOG_PROB_REDUCTIONS",
     "SAMPLERS",
     "SAMPLER_CATALOG",
+    "DDIMSampler",
+    "DDIMSchedule",
     "DanceSDESampler",
     "FlowCPSSampler",
     "FlowODESampler",
@@ -84,4 +93,5 @@ __all__ = [
     "flow_sigmas",
     "gaussian_log_prob",
     "shift_sigmas",
+    "step_with_logprob",
 ]

@@ -10,6 +10,7 @@ is needed to rebuild each intermediate state (trace-based likelihoods, TraceRL).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -43,11 +44,30 @@ class MaskedGeneration:
         return self.tokens.masked_fill(hidden, mask_token_id)
 
 
-# (input_ids [B, P + L]) -> logits [B, P + L, V]
+# (input_ids [B, P + L]) -> logits [B, *, V] whose last L positions are the completion's (a
+# text model returns every position, an image model only its L image tokens)
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
 
-class MaskedDiffusionSampler:
+class UnmaskingSampler(abc.ABC):
+    """Reveals a fixed-length completion that starts fully masked, recording each token's
+    reveal step: LLaDA's text sampler here, the image samplers in ``samplers/masked_image.py``."""
+
+    steps: int
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        logits_fn: LogitsFn,
+        prompt_ids: torch.Tensor,
+        length: int,
+        mask_token_id: int,
+        generator: torch.Generator | None = None,
+    ) -> MaskedGeneration:
+        """Sample ``[B, length]`` completions after ``prompt_ids [B, P]``."""
+
+
+class MaskedDiffusionSampler(UnmaskingSampler):
     """Reveal a fixed-length completion in ``steps`` steps.
 
     Args:
@@ -86,13 +106,13 @@ class MaskedDiffusionSampler:
         generator: torch.Generator | None = None,
     ) -> MaskedGeneration:
         """Sample ``[B, length]`` completions after ``prompt_ids [B, P]``."""
-        batch, prompt_len, device = prompt_ids.shape[0], prompt_ids.shape[1], prompt_ids.device
+        batch, device = prompt_ids.shape[0], prompt_ids.device
         completion = torch.full((batch, length), mask_token_id, dtype=torch.long, device=device)
         reveal = torch.full((batch, length), -1, dtype=torch.long, device=device)
         positions = torch.arange(length, device=device)
         schedule = self.schedule(length)
         for step, (start, end, count) in enumerate(schedule):
-            logits = logits_fn(torch.cat([prompt_ids, completion], dim=1))[:, prompt_len:].float()
+            logits = logits_fn(torch.cat([prompt_ids, completion], dim=1))[:, -length:].float()
             # Revealing a mask token would leave the position masked: never predict it.
             logits[..., mask_token_id] = float("-inf")
             predicted, confidence = self._predict(logits, generator)

@@ -33,6 +33,15 @@ def run_benchmark(name: str, *args: str) -> dict:
 
 
 @pytest.mark.slow
+def test_ddim_overhead_quick_ends_with_its_json_line() -> None:
+    summary = run_benchmark(
+        "ddim_overhead.py", "--quick", *("--steps", "2", "--batch", "2", "--group-size", "2")
+    )
+    assert set(summary["rollout_over_pipe_time_ratio_by_family"]) == {"sd", "sdxl"}
+    assert summary["max_rollout_over_pipe_time_ratio"] > 0 and summary["target"] == 1.1
+
+
+@pytest.mark.slow
 def test_video_overhead_quick_ends_with_its_json_line() -> None:
     summary = run_benchmark(
         "video_overhead.py",

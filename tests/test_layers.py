@@ -85,6 +85,8 @@ LAYERS: dict[str, set[str]] = {
         "tasks",
     },
     "genrl.recipes": {"genrl.config", "genrl.algorithms", "genrl.run", "tasks"},
+    # builds real-size models from config files with diffusers / transformers directly
+    "genrl.planning": {"genrl.config"},
 }
 ENTRIES = {"genrl", "genrl.api", "genrl.cli"}  # the face and the entry points may import any layer
 REGISTRY_ENTRY = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_]\w*$")

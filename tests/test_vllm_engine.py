@@ -188,6 +188,48 @@ def test_grpo_through_the_engine_trains(checkpoint: Path, tmp_path: Path) -> Non
     assert all(0 <= r["loss/tis_truncated_fraction"] <= 1 for r in trained)
 
 
+def test_stale_rollouts_through_the_engine(checkpoint: Path, tmp_path: Path) -> None:
+    """train.max_staleness=1 with the engine: the sampling thread syncs the engine to the
+    version each iteration samples from (the initial weights for iterations 0 and 1), the run
+    trains, and the lag shows in the mismatch once the weights have moved."""
+    run = tmp_path / "run"
+    settings = [
+        "policy.name=causal_lm",
+        f"policy.pretrained={checkpoint}",
+        "generation.engine=vllm",
+        "train.max_staleness=1",
+        "algorithm.tis_cap=2.0",
+        "reward.1.name=overlong_penalty",
+        "reward.1.kwargs.max_length=8",
+        "reward.1.kwargs.buffer=8",
+        "train.iterations=3",
+        "train.prompts_per_iteration=4",
+        "train.inner_epochs=1",
+        "optim.lr=1e-3",
+        "eval.batch_size=16",
+        "logging.report_to=[]",
+        "logging.progress_bar=false",
+    ]
+    command = [sys.executable, "-m", "genrl.cli.main", "train", "llm_countdown_grpo"]
+    for setting in settings:
+        command += ["--set", setting]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [*command, "--output-dir", str(run)], env=env, capture_output=True, text=True, timeout=540
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "staleness/version_lag" in r]
+    assert [r["staleness/version_lag"] for r in trained] == [0.0, 1.0, 1.0]
+    # Versions 0, 0, 1: the engine is built on the first rollout with version 0's weights and
+    # loads new ones once, for iteration 2.
+    assert ["time/weight_sync" in r for r in trained] == [False, False, True]
+    # Iteration 0 is on-policy up to the kernels; iteration 1 samples from weights one
+    # update older than the trainer's.
+    assert trained[0]["loss/mismatch_max_abs_diff"] < TOLERANCE
+    assert trained[1]["loss/mismatch_max_abs_diff"] > 10 * TOLERANCE
+
+
 def test_rollout_engine_benchmark_quick_ends_with_its_json_line() -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "rollout_engine.py"), "--quick"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}

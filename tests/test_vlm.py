@@ -1,6 +1,8 @@
-"""The VLM adapter on a tiny Qwen2-VL saved and loaded back: prompts that carry images (from a
-JSON Lines dataset), log-probs against a direct forward, sampling against scoring, GRPO through
-the trainer, and the exported adapter in the stock classes."""
+"""The VLM adapter's behaviours beyond the family table (``test_vlm_families.py``: log-probs
+against the stock forward, sampling, GRPO, the reference and the export for every family), on
+a tiny Qwen2-VL and a few others: prompts that carry images (from a JSON Lines dataset), rows
+that share a text, rounds with and without images, per-prompt state through a checkpoint, LoRA
+targets and full fine-tuning, LLaVA's pixels, Gemma 3's token types and Idefics3's tiles."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from genrl.run.config import (
     TrainLoopConfig,
 )
 from pipelines import build_policy
+from pipelines.transformers.vlm_families import VLMFamily
 from reward_models import REWARDS, RewardModel, RewardOutput
 from samplers.autoregressive import TokenSampler
 from tasks.prompt import Prompt
@@ -160,61 +163,6 @@ def vlm_config(tmp_path: Path, qwen: Path) -> TrainConfig:
     )
 
 
-def test_grpo_trains_the_language_lora_and_leaves_the_vision_tower(
-    qwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
-    trainer = Trainer(vlm_config(tmp_path, qwen))
-    network = trainer.policy.network
-    lora = {n: p.detach().clone() for n, p in network.named_parameters() if p.requires_grad}
-    assert lora and all("lora" in n and "visual" not in n for n in lora)
-    assert any("language_model" in n for n in lora)
-    first = trainer.train_iteration()
-    assert first["loss/first_minibatch_ratio_deviation"] == 0.0
-    trainer.train_iteration()
-    after = dict(network.named_parameters())
-    changed = [n for n, p in lora.items() if not torch.equal(p, after[n])]
-    assert len(changed) >= 0.5 * len(lora)
-
-
-def test_export_loads_into_the_stock_classes(
-    qwen: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from peft import PeftModel
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
-    trainer = Trainer(vlm_config(tmp_path, qwen))
-    trainer.train_iteration()
-    policy = trainer.policy
-    exported = trainer.export(tmp_path / "export")
-    policy.network.eval()
-    assert AutoProcessor.from_pretrained(str(exported)).chat_template
-    base = AutoModelForImageTextToText.from_pretrained(str(qwen))
-    reloaded = build_policy(
-        "vlm",
-        model=PeftModel.from_pretrained(base, str(exported)).eval(),
-        processor=AutoProcessor.from_pretrained(str(exported)),
-    )
-    prompts = list(PROMPTS)
-    ids, mask = policy.encode_prompts(prompts)
-    completion = torch.tensor([[20, 21, 22]] * 3)
-    full, attention = (
-        torch.cat([ids, completion], 1),
-        torch.cat([mask, torch.ones_like(completion)], 1),
-    )
-    ours = policy.token_log_probs(full, attention, completion, 1.0, policy.model_inputs(prompts))
-    theirs = reloaded.token_log_probs(
-        full, attention, completion, 1.0, reloaded.model_inputs(prompts)
-    )
-    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
-    with policy.reference():  # the adapter disabled is the stock base model
-        reference = policy.token_log_probs(
-            full, attention, completion, 1.0, policy.model_inputs(prompts)
-        )
-    assert (reference - ours).abs().max() > 1e-4
-
-
 def test_jsonl_prompts_carry_their_columns(tmp_path: Path) -> None:
     source = load_prompts(str(write_dataset(tmp_path)))
     first = source.train[0]
@@ -245,7 +193,8 @@ def test_a_llava_with_batch_first_pixels_scores_like_its_direct_forward(
     ]
     ids, mask = policy.encode_prompts(prompts)
     extras = policy.model_inputs(prompts)
-    assert set(extras) == {"pixel_values"} and extras["pixel_values"].shape[0] == 2
+    assert set(extras) == {"pixel_values", "images_per_prompt"}  # nested per image
+    assert extras["pixel_values"].shape[:2] == (2, 1)
     out = policy.generate(ids, mask, TokenSampler(1.0), 4, torch.Generator().manual_seed(0), extras)
     full = torch.cat([ids, out.tokens], dim=1)
     attention = torch.cat([mask, out.mask.long()], dim=1)
@@ -301,10 +250,15 @@ def test_rows_that_share_a_text_keep_their_own_images_and_checkpoints_load(
     assert resumed.objective.state_dict()["mssr_tracker"]["counts"] == counts
 
 
-def test_rounds_with_and_without_images_concatenate(qwen: Path) -> None:
+@pytest.mark.parametrize("family", ["qwen2_vl", "gemma3"])
+def test_rounds_with_and_without_images_concatenate(family: str, tmp_path: Path) -> None:
+    """Qwen's packed patches and Gemma 3's pixels nested per image (one image, none, two)."""
+    import vision_tiny
+
     from genrl.data.batches import TokenRollout
 
-    policy = build_policy("vlm", pretrained=str(qwen))
+    checkpoint = getattr(vision_tiny, f"build_{family}")(tmp_path / family)
+    policy = build_policy("vlm", pretrained=str(checkpoint))
     text_only = [Prompt("No picture here.")]
     batches = []
     for prompts in ([PROMPTS[0]], text_only, [PROMPTS[2]]):
@@ -319,8 +273,12 @@ def test_rounds_with_and_without_images_concatenate(qwen: Path) -> None:
         )  # fmt: skip
     assert batches[1].model_inputs == {}
     joined = TokenRollout.concatenate(batches)
-    grid = joined.model_inputs["image_grid_thw"]
-    assert grid.shape == (3, 2, 3) and int(grid[1].abs().sum()) == 0  # the text row: padding
+    if family == "qwen2_vl":
+        grid = joined.model_inputs["image_grid_thw"]
+        assert grid.shape == (3, 2, 3) and int(grid[1].abs().sum()) == 0  # the text row: padding
+    else:
+        assert joined.model_inputs["images_per_prompt"].tolist() == [1, 0, 2]
+        assert joined.model_inputs["pixel_values"].shape == (3, 2, 3, 32, 32)
     # Each row scores as it did in its own batch.
     completion = torch.tensor([[20, 21]] * 3)
     full = torch.cat([joined.input_ids, completion], 1)
@@ -335,21 +293,46 @@ def test_rounds_with_and_without_images_concatenate(qwen: Path) -> None:
         torch.testing.assert_close(together[row], alone[0], rtol=0, atol=2e-5)
 
 
-def test_a_llava_batch_with_uneven_image_counts_is_refused(tmp_path: Path) -> None:
+class UnprobedProcessor:
+    """A LLaVA processor that refuses a lone prompt with two images, so that the policy cannot
+    learn whether its pixel rows are per image or per prompt."""
+
+    def __init__(self, processor: object) -> None:
+        self.inner = processor
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def __call__(self, *, text: list[str], images: list | None = None, **kwargs: object):
+        if len(text) == 1 and images is not None and len(images[0]) > 1:
+            raise ValueError("refused")
+        return self.inner(text=text, images=images, **kwargs)
+
+
+def test_a_llava_batch_with_uneven_image_counts_nests_its_pixels_per_image(tmp_path: Path) -> None:
+    """LLaVA's processor returns one pixel row per image: rows [2 images, 0] nest them per prompt;
+    where the layout cannot be learnt, uneven counts are refused."""
     from vision_tiny import build_llava
 
-    policy = build_policy("vlm", pretrained=str(build_llava(tmp_path / "llava")))
+    llava = build_llava(tmp_path / "llava")
+    policy = build_policy("vlm", pretrained=str(llava))
     prompts = [
         Prompt(
             "Does this image contain artifacts?", {"images": [picture((1, 2, 3), (32, 32))] * 2}
         ),
         Prompt("Answer Yes or No", {}),
     ]
+    extras = policy.model_inputs(prompts)
+    assert extras["images_per_prompt"].tolist() == [2, 0]
+    assert extras["pixel_values"].shape == (2, 2, 3, 32, 32)
+    assert extras["pixel_values"][1].abs().sum() == 0  # padding
+    unprobed = build_policy("vlm", pretrained=str(llava))
+    unprobed.processor = UnprobedProcessor(unprobed.processor)
     expected = (
         r"as many images: 'Answer Yes or No' has 0, 'Does this image contain artifacts\?' has 2"
     )
     with pytest.raises(ValueError, match=expected):
-        policy.encode_prompts(prompts)
+        unprobed.encode_prompts(prompts)
 
 
 def test_lora_targets_that_name_only_the_vision_tower_are_refused(qwen: Path) -> None:
@@ -372,7 +355,7 @@ def sample_and_check_against_direct_forwards(
     directory: Path, prompts: list[Prompt], expected_inputs: set[str]
 ) -> None:
     """Sampling log-probs equal the scoring forward's, and each row's equal a direct unpadded
-    forward of the stock model on its processor's inputs for that prompt alone (token types
+    forward of the stock model on its processor's chat path for that prompt alone (token types
     marking the completion as text, the vision placeholders' logits at -inf)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -389,8 +372,12 @@ def sample_and_check_against_direct_forwards(
     processor = AutoProcessor.from_pretrained(str(directory))
     model = AutoModelForImageTextToText.from_pretrained(str(directory)).eval()
     for row, prompt in enumerate(prompts):
-        text = policy.format_prompts([prompt])[0]
-        inputs = processor(text=[text], images=[prompt.columns["images"]], return_tensors="pt")
+        images = [{"type": "image", "image": i} for i in prompt.columns["images"]]
+        message = {"role": "user", "content": [*images, {"type": "text", "text": str(prompt)}]}
+        inputs = processor.apply_chat_template(
+            [message], add_generation_prompt=True, tokenize=True, return_dict=True,
+            return_tensors="pt",
+        )  # fmt: skip
         tokens = out.tokens[row][out.mask[row]]
         kwargs = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
         for key in ("token_type_ids", "mm_token_type_ids"):
@@ -415,7 +402,7 @@ def test_gemma3_image_tokens_attend_both_ways_in_sampling_and_scoring(tmp_path: 
         Prompt("Count.", {"images": [picture((0, 0, 200), (32, 48))]}),
         Prompt("Same text, another image?", {"images": [picture((0, 90, 9), (20, 20))]}),
     ]
-    sample_and_check_against_direct_forwards(gemma, prompts, {"pixel_values"})
+    sample_and_check_against_direct_forwards(gemma, prompts, {"pixel_values", "images_per_prompt"})
     # The types mark the prompt's image tokens only: an image id sampled in a completion is text.
     policy = build_policy("vlm", pretrained=str(gemma))
     ids, mask = policy.encode_prompts(prompts)
@@ -432,27 +419,9 @@ def test_gemma3_image_tokens_attend_both_ways_in_sampling_and_scoring(tmp_path: 
     # Without them the image tokens attend causally and the scores differ (slightly, in a tiny
     # random model).
     with_types = policy.token_log_probs(full, attention, completion, 1.0, extras)
-    policy._image_types = False
+    policy.family = VLMFamily()  # no token types
     causal = policy.token_log_probs(full, attention, completion, 1.0, extras)
     assert (with_types - causal).abs().max() > 1e-5
-
-
-@pytest.mark.parametrize("family", ["gemma3", "idefics3"])
-def test_grpo_steps_a_lora_off_the_vision_side(
-    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import vision_tiny
-
-    monkeypatch.setitem(REWARDS, "answer_match", AnswerMatch)
-    checkpoint = getattr(vision_tiny, f"build_{family}")(tmp_path / family)
-    trainer = Trainer(vlm_config(tmp_path, checkpoint))
-    network = trainer.policy.network
-    lora = {n: p.detach().clone() for n, p in network.named_parameters() if p.requires_grad}
-    vision = ("vision_tower", "multi_modal_projector", "vision_model", "connector")
-    assert lora and all("lora" in n and not any(v in n for v in vision) for n in lora)
-    trainer.train_iteration()
-    after = dict(network.named_parameters())
-    assert any(not torch.equal(p, after[n]) for n, p in lora.items())
 
 
 def test_idefics3_split_images_in_uneven_counts_score_like_direct_forwards(

@@ -252,8 +252,9 @@ def _char_tokenizer(specials: list[str], extra: dict[str, str], pad: str, eos: s
 def build_gemma3(directory: Path) -> Path:
     """A tiny Gemma 3 (2-layer SigLIP 32 px / patch 8, pooled to 4 tokens per image; 2-layer
     Gemma 3 language model, one sliding and one full attention layer) with a character-level
-    tokenizer that has Gemma 3's special image tokens, its image processor at 32 px and a
-    Gemma-style chat template, saved to ``directory``."""
+    tokenizer that has Gemma 3's special image tokens and adds ``<bos>``, its image processor
+    at 32 px and a Gemma-style chat template that starts with ``<bos>``, saved to
+    ``directory``."""
     from transformers import (
         Gemma3Config,
         Gemma3ForConditionalGeneration,
@@ -274,8 +275,13 @@ def build_gemma3(directory: Path) -> Path:
         eos="<end_of_turn>",
     )
     vocab = tokenizer.get_vocab()
+    # As Gemma 3's: the tokenizer adds <bos>, and the template writes it too (the processor's
+    # chat path then tokenizes without special tokens).
+    tokenizer.bos_token = "<bos>"
+    tokenizer.add_bos_token = True
     template = (
-        "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{% if m['content'] is string %}"
+        "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n"
+        "{% if m['content'] is string %}"
         "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
         "<start_of_image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
         "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"

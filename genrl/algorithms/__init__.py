@@ -3,6 +3,8 @@
 from genrl.algorithms import (
     awm,
     branch_grpo,
+    ddim_grpo,
+    ddpo,
     dgpo,
     diffusion_nft,
     flow_grpo,
@@ -19,6 +21,8 @@ __all__ = [
     "AlgorithmConfig",
     "awm",
     "branch_grpo",
+    "ddim_grpo",
+    "ddpo",
     "dgpo",
     "diffusion_nft",
     "flow_grpo",

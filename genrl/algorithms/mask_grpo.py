@@ -5,7 +5,8 @@ group advantages as in GRPO, and every token is scored under seeded corruptions 
 MaskGRPO's rising mask ratio with fading-out masking by default (the objective and the views in
 ``genrl/objectives/masked_tokens.py``).
 
-The pairing: ``UnmaskingRollout`` (``generation.*``) and ``MaskedTokenPolicyGradient``.
+The pairing: ``UnmaskingRollout`` (text) or ``ImageUnmaskingRollout`` (masked image-token
+models such as aMUSEd), both reading ``generation.*``, and ``MaskedTokenPolicyGradient``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from genrl.rollouts.configs import UnmaskingConfig
 if TYPE_CHECKING:
     from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient
     from genrl.policies.protocols import Policy
-    from genrl.rollouts.masked import UnmaskingRollout
+    from genrl.rollouts.masked import UnmaskingRolloutBase
 
 
 @dataclass
@@ -67,13 +68,28 @@ class MaskGRPO(Algorithm):
     sections: ClassVar[dict[str, type]] = {"generation": UnmaskingConfig}
     config: MaskGRPOConfig
 
-    def build(self, policy: Policy) -> tuple[UnmaskingRollout, MaskedTokenPolicyGradient]:
+    def build(self, policy: Policy) -> tuple[UnmaskingRolloutBase, MaskedTokenPolicyGradient]:
+        """A masked-diffusion LM samples text (``UnmaskingRollout``), a masked image-token
+        model images (``ImageUnmaskingRollout``); one objective trains both."""
         # Imported here: the rollout and the objective are tensor code, and the registry and
         # this config are read before torch (the command line checks a config first).
         from genrl.objectives.masked_tokens import MaskedTokenPolicyGradient
-        from genrl.policies.protocols import MaskedTokenPolicy, require
+        from genrl.policies.protocols import (
+            MaskedImagePolicy,
+            MaskedTokenPolicy,
+            UnmaskingPolicy,
+            require,
+        )
         from genrl.rollouts.masked import UnmaskingRollout
+        from genrl.rollouts.masked_images import ImageUnmaskingRollout
 
-        require(policy, MaskedTokenPolicy, self.config.name)
-        rollout = UnmaskingRollout(self.train_config)
+        require(policy, UnmaskingPolicy, self.config.name)
+        rollout: UnmaskingRolloutBase
+        if isinstance(policy, MaskedImagePolicy):
+            image_rollout = ImageUnmaskingRollout(self.train_config)
+            image_rollout.check_policy(policy)
+            rollout = image_rollout
+        else:
+            require(policy, MaskedTokenPolicy, self.config.name)
+            rollout = UnmaskingRollout(self.train_config)
         return rollout, MaskedTokenPolicyGradient(self.config, self.train_config)

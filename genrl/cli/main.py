@@ -1,4 +1,4 @@
-"""Command line: ``genrl train | eval | sample | export | serve-reward | train-reward | list``.
+"""Command line: ``genrl train | eval | sample | export | plan | serve-reward | train-reward | list``.
 
 User mistakes (bad config, missing checkpoint, failing reward) end with a one-line error and
 exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from genrl.cli.commands_config import checked_config, run_dir_with_config, unknown_recipe
+from genrl.cli.planning import add_plan_parser
 from genrl.cli.serving import add_serve_parser
 
 
@@ -109,6 +110,7 @@ def build_parser() -> _Parser:
     export.add_argument("--checkpoint", required=True, help="run or checkpoint directory")
     export.add_argument("--out", required=True, help="output directory")
 
+    add_plan_parser(sub, _add_config_args)
     add_serve_parser(sub)
 
     learn = sub.add_parser("train-reward", help="train a reward model (artifact probe)")
@@ -354,6 +356,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from genrl.cli.planning import cmd_plan as run
+
+    return run(args)
+
+
 def cmd_serve_reward(args: argparse.Namespace) -> int:
     from genrl.cli.serving import cmd_serve_reward as run
 
@@ -361,7 +369,7 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
 
 
 # The commands that build a run from a config (checked before torch loads).
-_CONFIGURED = ("train", "eval", "sample", "export")
+_CONFIGURED = ("train", "eval", "sample", "export", "plan")
 
 _COMMANDS = {
     "train": cmd_train,
@@ -371,6 +379,7 @@ _COMMANDS = {
     "serve-reward": cmd_serve_reward,
     "train-reward": cmd_train_reward,
     "list": cmd_list,
+    "plan": cmd_plan,
 }
 
 if __name__ == "__main__":

@@ -16,11 +16,13 @@ from typing import Any
 
 import torch
 
+from genrl.config.errors import ConfigError
 from genrl.data.rng import RolloutNoise
 from genrl.distributed.processes import gather
 from genrl.loop.allocation import collect_varied_groups
 from genrl.loop.groups import expand_groups, gather_scores
 from genrl.loop.reward_overlap import sample_and_score, score_in_chunks
+from genrl.loop.staleness import StaleSampler, version_for
 from genrl.objectives.advantages import decoupled_group_rewards
 from genrl.objectives.base import Objective
 from genrl.policies.protocols import Policy
@@ -56,6 +58,34 @@ class CollectedBatch:
     extra_metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class SampledRound:
+    """Phases 1-2 of a round (and 3's local scores with ``train.overlap_rewards``).
+
+    Attributes:
+        round_index: 0, or a dynamic-sampling refill round.
+        prompts: the global prompt list, each repeated ``group_size`` times.
+        group_ids: ``[N]`` global group ids (numbered within the round).
+        noise: the round's random streams.
+        rollout: this process's samples (None until sampled).
+        rollout_s: seconds from drawing the prompts to the end of sampling.
+        scored: ``(outputs, metadata, local scores)`` when the rewards overlapped sampling.
+        reward_wait_s: then, the seconds from the end of sampling to the last scores.
+    """
+
+    round_index: int
+    prompts: list[str]
+    group_ids: torch.Tensor
+    noise: RolloutNoise
+    rollout: Any = None
+    rollout_s: float = 0.0
+    scored: tuple[Any, Any, dict[str, torch.Tensor]] | None = None
+    reward_wait_s: float = 0.0
+
+    def local_prompts(self, local: slice) -> list[str]:
+        return self.prompts[local]
+
+
 class BatchCollector:
     """Runs phases 1-4 for the trainer.
 
@@ -88,6 +118,21 @@ class BatchCollector:
         self.prompts = prompts
         self.local = local
         self.num_global = config.train.prompts_per_iteration * config.train.group_size
+        self.stale: StaleSampler | None = None
+        if config.train.max_staleness:
+            if not rollout.supports_staleness:
+                raise ConfigError(
+                    f"train.max_staleness={config.train.max_staleness}: the "
+                    f"{type(rollout).__name__} does not record its sampler's log-probs, so a "
+                    "stale rollout could be neither measured nor corrected; the token rollouts "
+                    "(the GRPO family) support it"
+                )
+            self.stale = StaleSampler(
+                policy,
+                config.train.max_staleness,
+                lambda copy, iteration: self.sample_round(copy, iteration, 0),
+                rollout.sync_weights,
+            )
         self.offline = None
         if config.train.offline_store:
             from genrl.loop.offline import OfflineSource
@@ -106,6 +151,8 @@ class BatchCollector:
         t = self.config.train
         if self.offline is not None:
             return self.read_offline(iteration)
+        if self.stale is not None:
+            return self.collect_stale(iteration)
         if not t.dynamic_sampling:
             return self.collect_round(iteration, 0)
         num_processes = self.accelerator.num_processes
@@ -144,15 +191,40 @@ class BatchCollector:
             },
         )
 
+    def collect_stale(self, iteration: int) -> CollectedBatch:
+        """``train.max_staleness``: the round sampled in the background from version
+        ``max(0, iteration - K)``; the next iteration's starts sampling before this one's
+        rewards and update run (``genrl/loop/staleness.py``)."""
+        assert self.stale is not None
+        t_wait = time.perf_counter()
+        drawn = self.stale.take(iteration)
+        waited = time.perf_counter() - t_wait
+        # Read before the next round starts: that round's sync would overwrite it.
+        synced, self.stale.last_sync_s = self.stale.last_sync_s, None
+        if iteration + 1 < self.config.train.iterations:
+            self.stale.start(iteration + 1)
+        batch = self.score_round(drawn)
+        batch.timings["rollout_wait_s"] = waited
+        batch.extra_metrics["staleness/version_lag"] = float(
+            iteration - version_for(iteration, self.config.train.max_staleness)
+        )
+        if synced is not None:  # the engine loaded this round's version
+            batch.extra_metrics["time/weight_sync"] = synced
+        return batch
+
     def collect_round(self, iteration: int, round_index: int) -> CollectedBatch:
         """One batch of ``prompts_per_iteration`` groups; refill rounds (``round_index > 0``)
         draw the iteration's next prompts and fresh noise, and number their groups after the
         earlier rounds' so that ids stay unique within the iteration."""
-        cfg, acc = self.config, self.accelerator
-        per_round = cfg.train.prompts_per_iteration
-        t_start = time.perf_counter()
+        if self.config.train.overlap_rewards:
+            return self.score_round(self.sample_and_score_round(iteration, round_index))
+        return self.score_round(self.sample_round(self.policy, iteration, round_index))
 
-        # 1. Prompts: the same global list on every process; each keeps a contiguous slice.
+    def draw(self, iteration: int, round_index: int) -> SampledRound:
+        """Phase 1: the same global prompt list on every process (each keeps a contiguous
+        slice), its groups and the round's random streams; nothing sampled yet."""
+        cfg = self.config
+        per_round = cfg.train.prompts_per_iteration
         prompts = self.prompts.sample(
             per_round, cfg.seed, iteration, offset=round_index * per_round
         )
@@ -160,30 +232,53 @@ class BatchCollector:
         noise = RolloutNoise(
             cfg.seed, iteration, self.num_global, self.local, cfg.train.noise_layout, round_index
         )
-        local_prompts = global_prompts[self.local]
+        return SampledRound(round_index, global_prompts, global_group_ids, noise)
 
-        # 2. Rollout (no gradients) and 3. rewards, gathered so that every group is whole;
-        # with train.overlap_rewards a chunk is scored while the next one samples.
-        self.policy.module.eval()
-        if cfg.train.overlap_rewards:
-            scored = sample_and_score(
-                self.rollout,
-                self.policy,
-                local_prompts,
-                global_group_ids[self.local],
-                noise,
-                self.reward,
-                lambda: _sampling_context(acc),
+    def sample_round(self, policy: Policy, iteration: int, round_index: int) -> SampledRound:
+        """Phases 1-2 with ``policy`` (the run's, or ``train.max_staleness``'s sampling copy in
+        its thread, ``genrl/loop/staleness.py``): prompts and the rollout, no rewards yet."""
+        t_start = time.perf_counter()
+        drawn = self.draw(iteration, round_index)
+        policy.module.eval()
+        with _sampling_context(self.accelerator):
+            drawn.rollout = self.rollout.collect(
+                policy, drawn.local_prompts(self.local), drawn.group_ids[self.local], drawn.noise
             )
-            rollout, outputs, metadata = scored.batch, scored.outputs, scored.metadata
-            local_scores = scored.scores
-            t_rollout = time.perf_counter() - scored.waiting_s  # when sampling ended
+        drawn.rollout_s = time.perf_counter() - t_start
+        return drawn
+
+    def sample_and_score_round(self, iteration: int, round_index: int) -> SampledRound:
+        """Phases 1-3 with ``train.overlap_rewards``: a chunk is scored while the next one
+        samples (``genrl/loop/reward_overlap.py``)."""
+        t_start = time.perf_counter()
+        drawn = self.draw(iteration, round_index)
+        self.policy.module.eval()
+        local_prompts = drawn.local_prompts(self.local)
+        scored = sample_and_score(
+            self.rollout,
+            self.policy,
+            local_prompts,
+            drawn.group_ids[self.local],
+            drawn.noise,
+            self.reward,
+            lambda: _sampling_context(self.accelerator),
+        )
+        drawn.rollout = scored.batch
+        drawn.scored = (scored.outputs, scored.metadata, scored.scores)
+        drawn.rollout_s = time.perf_counter() - scored.waiting_s - t_start  # sampling's end
+        drawn.reward_wait_s = scored.waiting_s
+        return drawn
+
+    def score_round(self, drawn: SampledRound) -> CollectedBatch:
+        """Phases 3-4 of a sampled round: rewards gathered so that every group is whole, a
+        stateful reward's update, and the advantages of the gathered batch."""
+        acc, rollout = self.accelerator, drawn.rollout
+        per_round = self.config.train.prompts_per_iteration
+        t_start = time.perf_counter()
+        local_prompts = drawn.local_prompts(self.local)
+        if drawn.scored is not None:
+            outputs, metadata, local_scores = drawn.scored
         else:
-            with _sampling_context(acc):
-                rollout = self.rollout.collect(
-                    self.policy, local_prompts, global_group_ids[self.local], noise
-                )
-            t_rollout = time.perf_counter()
             outputs = self.rollout.outputs(self.policy, rollout)
             metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
             chunks = self.rollout.chunks(len(local_prompts))
@@ -197,17 +292,21 @@ class BatchCollector:
 
         # 4. Advantages on the gathered batch; keep this process's slice.
         inputs = {k: gather(v, acc) for k, v in self.objective.advantage_inputs(rollout).items()}
-        advantages = self.advantages(rollout, scores, global_prompts, global_group_ids, inputs)
-        if round_index:
-            global_group_ids = global_group_ids + round_index * per_round
-            rollout.group_ids = rollout.group_ids + round_index * per_round
+        global_group_ids = drawn.group_ids
+        advantages = self.advantages(rollout, scores, drawn.prompts, global_group_ids, inputs)
+        if drawn.round_index:
+            global_group_ids = global_group_ids + drawn.round_index * per_round
+            rollout.group_ids = rollout.group_ids + drawn.round_index * per_round
         return CollectedBatch(
             rollout=rollout,
-            noise=noise,
+            noise=drawn.noise,
             scores=scores,
             group_ids=global_group_ids,
             advantages=advantages,
-            timings={"rollout_s": t_rollout - t_start, "reward_s": t_reward - t_rollout},
+            timings={
+                "rollout_s": drawn.rollout_s,
+                "reward_s": drawn.reward_wait_s + t_reward - t_start,
+            },
             extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
         )
 

@@ -140,7 +140,13 @@ class Trainer:
         update_metrics = self.updater.update(self.objective, units, batch.noise)
         # An inference engine holds its own copy of the weights: it gets the new ones once per
         # iteration, after the last optimizer step, since only the next rollout reads them.
-        sync_s = self.rollout.sync_weights(self.policy)
+        # With train.max_staleness the sampling thread syncs it to the version it samples from.
+        stale = self.collector.stale
+        if stale is None:
+            sync_s = self.rollout.sync_weights(self.policy)
+        else:
+            sync_s = None
+            stale.record(self.iteration + 1)
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
@@ -223,6 +229,8 @@ class Trainer:
             "wall_seconds": self.wall_seconds_before,
             # A resume on another count says so (genrl/checkpoints/resume_layout.py).
             "num_processes": self.accelerator.num_processes,
+            # train.max_staleness: the older weights later iterations still sample from.
+            "stale_versions": self.collector.stale.state_dict() if self.collector.stale else {},
         }
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
@@ -300,6 +308,8 @@ class Trainer:
         self.reward.load_state_dict(state["reward"])
         self.eval_history = dict(state.get("eval_history", {}))
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
+        if self.collector.stale is not None:
+            self.collector.stale.load_state_dict(state.get("stale_versions", {}), self.iteration)
         ckpt.restore_rng(state)
 
     def _claim_run_dir(self) -> None:
@@ -399,6 +409,8 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
+            if self.collector.stale is not None:  # a round sampled ahead is sampled again
+                self.collector.stale.discard()
         wall = time.perf_counter() - started
         self.save_checkpoint(wall)
         if interrupted:

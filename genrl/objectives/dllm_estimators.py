@@ -12,8 +12,9 @@ integer seed, so the old, current and reference policies score exactly the same 
 * ``maskgrpo`` (MaskGRPO): a mask ratio rising over the inner iterations,
   ``t_j = min(m + (1 - m)(j + 1) / mu, 0.999)``, applied with "fading-out" masking for text:
   keep probability ``p_n = min(1, d_n (1 - t) L / sum d)`` with ``d = linspace(1, 0, L)``, so
-  later tokens are masked more often; only re-masked tokens count (after the end token too,
-  as in the released code); the prompt is never masked.
+  later tokens are masked more often; for images uniformly, every token masked with
+  probability ``t_j`` (no order among image tokens); only re-masked tokens count (after the
+  end token too, as in the released code); the prompt is never masked.
 * ``random_ratio`` (UniGRPO, MMaDA): a ratio ``t ~ U[0.1, 0.9]`` per sample, each completion
   token masked with probability ``t``; masked tokens count.
 * ``trace`` (TraceRL): each token scored in the state in which the sampler revealed it, one
@@ -89,7 +90,13 @@ class OneStepEstimator(LikelihoodEstimator):
 
 
 class FadingMaskEstimator(LikelihoodEstimator):
-    """MaskGRPO's rising mask ratio with fading-out masking; re-masked tokens count.
+    """MaskGRPO's rising mask ratio with fading-out (text) or uniform (images) masking;
+    re-masked tokens count.
+
+    With ``fading=False`` every completion token is masked with probability ``t_j``, as the
+    released code re-masks image tokens (``remask_t2i``: ``rand < ratio``); the fading curve
+    is the text setting (``remask_ar``), since a raster order of image tokens has no
+    left-to-right dependency for it to follow.
 
     With ``count_tail`` (the released code's behaviour: its loss mask is the re-masking mask,
     ``grpo/mask_grpo_trainer.py`` of martian422/MaskGRPO) positions after the end token are
@@ -99,11 +106,14 @@ class FadingMaskEstimator(LikelihoodEstimator):
 
     name = "maskgrpo"
 
-    def __init__(self, ratio_floor: float = 0.6, count_tail: bool = True) -> None:
+    def __init__(
+        self, ratio_floor: float = 0.6, count_tail: bool = True, fading: bool = True
+    ) -> None:
         if not 0 <= ratio_floor < 1:
             raise ValueError(f"mask ratio floor must lie in [0, 1), got {ratio_floor}")
         self.ratio_floor = ratio_floor
         self.count_tail = count_tail
+        self.fading = fading
 
     def mask_ratio(self, iteration: int, num_iterations: int) -> float:
         m = self.ratio_floor
@@ -119,9 +129,12 @@ class FadingMaskEstimator(LikelihoodEstimator):
     ):
         del reveal_step
         ratio = self.mask_ratio(iteration, num_iterations)
-        keep = self.keep_probabilities(completion.shape[1], ratio)
         draw = torch.rand(completion.shape, generator=self.generator(seed))
-        hidden = (draw >= keep).to(completion.device)
+        if self.fading:
+            hidden = draw >= self.keep_probabilities(completion.shape[1], ratio)
+        else:
+            hidden = draw < ratio
+        hidden = hidden.to(completion.device)
         if not self.count_tail:
             hidden &= valid
         return [MaskedView(prompt, completion.masked_fill(hidden, mask_token_id), hidden)]
@@ -151,15 +164,19 @@ class RandomRatioEstimator(LikelihoodEstimator):
 
 
 class TraceEstimator(LikelihoodEstimator):
-    """TraceRL: the tokens revealed at step ``s`` are scored in the state before step ``s``."""
+    """TraceRL: the tokens revealed at step ``s`` are scored in the state before step ``s``.
+
+    One view per sampling step: ``num_iterations`` steps (the sampler's step count), or more if
+    the trace shows more; a step that revealed nothing (possible with the emerge sampler) gives
+    a view with no counted token, so the number of views stays the objective's."""
 
     name = "trace"
 
     def views(
         self, prompt, completion, valid, reveal_step, mask_token_id, seed, iteration, num_iterations
     ):
-        del seed, iteration, num_iterations
-        steps = int(reveal_step.max()) + 1
+        del seed, iteration
+        steps = max(int(reveal_step.max()) + 1, num_iterations)
         views = []
         for step in range(steps):
             state = completion.masked_fill(reveal_step >= step, mask_token_id)

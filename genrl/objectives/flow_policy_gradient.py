@@ -11,7 +11,7 @@ window; trajectories whose advantages are all zero are left out (``drop_zero_adv
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -38,6 +38,10 @@ class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions])
         minibatch_size: units per minibatch (how many trajectories dropping may leave).
     """
 
+    step_loss_class: ClassVar[type[FlowStepLoss]] = FlowStepLoss
+    """The loss of one step (``DiffusionStepLoss`` for DDIM trajectories of a diffusion
+    model)."""
+
     def __init__(self, config: FlowPolicyGradientConfig, rollout: Any, minibatch_size: int) -> None:
         self.config = config
         self.rollout = rollout
@@ -45,7 +49,7 @@ class FlowPolicyGradient(Objective[FlowPolicy, FlowTrajectory, FlowTransitions])
         self.tracker = PerPromptStatTracker(
             config.std_mode, config.stat_history, config.std_eps, config.std_estimator
         )
-        self.step_loss = FlowStepLoss(config, rollout, rollout.guidance_scale)
+        self.step_loss = self.step_loss_class(config, rollout, rollout.guidance_scale)
 
     @property
     def uses_reference(self) -> bool:

@@ -44,14 +44,19 @@ class FlowStepLoss:
             config.clip_range, config.clip_range_high, config.clip_ratio_c
         )
 
-    def __call__(self, policy: FlowPolicy, mb: FlowTransitions) -> tuple[torch.Tensor, Metrics]:
+    def model_output(self, policy: Any, mb: FlowTransitions) -> torch.Tensor:
+        """What the rollout's step reads from the policy at the units' states: the velocity at
+        their noise levels (``DiffusionStepLoss`` asks a diffusion model for its prediction at
+        their timesteps instead)."""
+        sigmas = self.rollout.sampler.sigmas.to(mb.sample.device)
+        flow: FlowPolicy = policy
+        return flow.velocity(mb.sample, sigmas[mb.timestep_index], mb.condition, self.guidance)
+
+    def __call__(self, policy: Any, mb: FlowTransitions) -> tuple[torch.Tensor, Metrics]:
         sampler = self.rollout.sampler
-        sigmas = sampler.sigmas.to(mb.sample.device)
-        sigma = sigmas[mb.timestep_index]
-        v = policy.velocity(mb.sample, sigma, mb.condition, self.guidance)
-        out = self.rollout.rescore(v, mb)
+        out = self.rollout.rescore(self.model_output(policy, mb), mb)
         if self.config.ratio_norm:
-            loss, metrics = self._guarded(out, mb, sigmas)
+            loss, metrics = self._guarded(out, mb, sampler.sigmas.to(mb.sample.device))
         else:
             loss, metrics = self.surrogate(out.log_prob, mb.old_log_probs, mb.advantages)
         metrics["policy_loss"] = loss.detach()
@@ -61,8 +66,8 @@ class FlowStepLoss:
         metrics["transition_std_mean"] = out.std.detach().float().mean()
         if self.config.kl_beta > 0:
             with torch.no_grad(), policy.reference():
-                v_ref = policy.velocity(mb.sample, sigma, mb.condition, self.guidance)
-            ref_mean = self.rollout.rescore(v_ref, mb).mean
+                ref_output = self.model_output(policy, mb)
+            ref_mean = self.rollout.rescore(ref_output, mb).mean
             std = out.std
             if self.config.kl_form == "flow_grpo":
                 std = sampler.reference_std(mb.timestep_index, mb.sample)

@@ -1,4 +1,9 @@
-"""The token policy gradient on corrupted views of a masked-diffusion LM (MaskGRPO, diffu-GRPO).
+"""The token policy gradient on corrupted views of a masked-diffusion model (MaskGRPO, d1).
+
+The same objective trains masked-diffusion LMs and masked image-token generators (aMUSEd):
+both are ``UnmaskingPolicy``s whose samples are a prompt and ``L`` completion tokens, and the
+views corrupt the completion only, or also the prompt where the policy can mask it (d1's
+prompt masking; a CLIP-encoded image prompt has no mask token and stays whole).
 
 A masked-diffusion LM has no exact sequence likelihood, so each sampled completion is scored
 under ``num_iterations`` seeded corruptions ("views", from a pluggable estimator of
@@ -15,6 +20,7 @@ Every (sample, view) pair is a training unit; ``train.inner_epochs`` passes over
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -23,10 +29,10 @@ from genrl.data.batches import MaskedSamples, MaskedUnits
 from genrl.data.rng import RolloutNoise, Streams
 from genrl.objectives.token_configs import MaskedViewsConfig
 from genrl.objectives.tokens import TokenObjective
-from genrl.policies.protocols import MaskedTokenPolicy
+from genrl.policies.protocols import UnmaskingPolicy
 
 
-class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples, MaskedUnits]):
+class MaskedTokenPolicyGradient(TokenObjective[UnmaskingPolicy, MaskedSamples, MaskedUnits]):
     """The token objective over an ``UnmaskingRollout``'s samples, one unit per (sample, view).
 
     Args:
@@ -51,20 +57,26 @@ class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples,
 
     @torch.no_grad()
     def units(
-        self, policy: MaskedTokenPolicy, batch: MaskedSamples, noise: RolloutNoise
+        self, policy: UnmaskingPolicy, batch: MaskedSamples, noise: RolloutNoise
     ) -> MaskedUnits:
         """``N * V`` units, view-major within each sample. View ``j`` draws its seed from the
         iteration's ``MASK_VIEWS + j`` stream (offset by this process's first sample), so the
         old, current and reference policies score the same corruption."""
-        iterations = 1 if self.views.estimator == "trace" else self.views.num_iterations
+        trace = self.views.estimator == "trace"
+        iterations = 1 if trace else self.views.num_iterations
+        # A prompt the policy cannot mask is kept out of the estimator (it sees an empty one)
+        # and put back whole in every view.
+        maskable = batch.prompt_ids if policy.masks_prompts else batch.prompt_ids[:, :0]
         views = []
         for j in range(iterations):
             generator = noise.generator((Streams.MASK_VIEWS, j))
             seed = int(torch.randint(2**62, (1,), generator=generator)) + noise.local.start
             views += self.estimator.views(
-                batch.prompt_ids, batch.tokens, batch.valid, batch.reveal_step,
-                policy.mask_token_id, seed, j, iterations,
+                maskable, batch.tokens, batch.valid, batch.reveal_step,
+                policy.mask_token_id, seed, j, self.num_views if trace else iterations,
             )  # fmt: skip
+        if not policy.masks_prompts:
+            views = [dataclasses.replace(w, prompt=batch.prompt_ids) for w in views]
         n, v = len(batch), len(views)
         inputs = torch.stack([torch.cat([w.prompt, w.completion], 1) for w in views], dim=1)
         counted = torch.stack([w.counted for w in views], dim=1).reshape(n * v, -1)
@@ -81,7 +93,7 @@ class MaskedTokenPolicyGradient(TokenObjective[MaskedTokenPolicy, MaskedSamples,
         units.old_log_probs, units.ref_log_probs = self.old_and_reference(policy, units)
         return units
 
-    def log_probs(self, policy: MaskedTokenPolicy, units: MaskedUnits) -> torch.Tensor:
+    def log_probs(self, policy: UnmaskingPolicy, units: MaskedUnits) -> torch.Tensor:
         """At temperature 1, as both released codes score (d1, MaskGRPO)."""
         return policy.token_log_probs(units.inputs, units.attention_mask, units.targets)
 

@@ -186,7 +186,12 @@ class MaskedViewsConfig:
     """Corrupted views per rollout sample (MaskGRPO's and d1's inner iterations, mu: 12 in both
     released recipes). The ``trace`` estimator is deterministic and uses one per sampling step."""
     mask_ratio_floor: float = 0.6
-    """MaskGRPO: first mask ratio ``m`` of ``t_j = m + (1 - m)(j + 1)/mu`` (text: 0.6)."""
+    """MaskGRPO: first mask ratio ``m`` of ``t_j = m + (1 - m)(j + 1)/mu`` (text: 0.6; the
+    released image scripts use 0.6 and, with a reward server, 0.8)."""
+    view_masking: Literal["fading", "uniform"] = "fading"
+    """MaskGRPO's views: ``fading``, the text setting (later tokens masked more often, the
+    released ``remask_ar``); ``uniform``, the image setting (every image token masked with
+    probability ``t_j``, the released ``remask_t2i``)."""
     post_eos: Literal["count", "exclude"] = "count"
     """MaskGRPO's views: ``count`` masks and scores completion positions after the end token
     like any other, as the released code does (its loss mask is the re-masking mask), so a view
@@ -199,7 +204,9 @@ class MaskedViewsConfig:
             raise ConfigError(f"algorithm.estimator must be one of {sorted(ESTIMATOR_NAMES)}")
         if self.num_iterations < 1:
             raise ConfigError("algorithm.num_iterations must be >= 1")
-        if train_config is not None:
+        if self.view_masking not in ("fading", "uniform"):
+            raise ConfigError("algorithm.view_masking must be 'fading' or 'uniform'")
+        if train_config is not None and train_config.generation.sampler == "llada":
             g = train_config.generation
             unmasking_schedule(
                 g.diffusion_steps or g.max_new_tokens, g.block_length, g.max_new_tokens
@@ -213,6 +220,7 @@ class MaskedViewsConfig:
             "maskgrpo": {
                 "ratio_floor": self.mask_ratio_floor,
                 "count_tail": self.post_eos == "count",
+                "fading": self.view_masking == "fading",
             },
             "d1": {"prompt_mask_prob": self.prompt_mask_prob},
         }.get(self.estimator, {})

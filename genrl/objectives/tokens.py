@@ -40,9 +40,9 @@ from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.objectives.losses import Metrics, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.mismatch import sampler_mismatch
 from genrl.objectives.token_configs import TokenPolicyGradientConfig
-from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, TokenPolicy, require
+from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, Policy, require
 
-TP = TypeVar("TP", bound=TokenPolicy)
+TP = TypeVar("TP", bound=Policy)  # token LMs, and the masked image-token models
 TB = TypeVar("TB", bound=Batch)
 TU = TypeVar("TU", bound=Batch)
 

@@ -2,8 +2,10 @@
 
 The adapters of ``pipelines/`` implement them structurally (they never import ``genrl``): every
 policy is a ``Policy`` (training setup, the reference, checkpoints, export); flow-matching
-image generators are ``FlowPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion LMs
-are ``MaskedTokenPolicy``; video generators are flow policies whose ``decode`` returns videos,
+image generators are ``FlowPolicy``; epsilon / v-prediction diffusion models (Stable
+Diffusion, SDXL) are ``DiffusionPolicy``; causal LMs are ``CausalTokenPolicy``; masked-diffusion
+LMs are ``MaskedTokenPolicy`` and masked image-token generators ``MaskedImagePolicy`` (both
+``UnmaskingPolicy``); video generators are flow policies whose ``decode`` returns videos,
 and vision-language models are causal token policies whose prompts carry images (``model_inputs``). A rollout or objective
 names the protocol it needs, and its algorithm's ``build`` checks the run's policy against it
 (``require``), so a mismatch (an LM with ``flow_grpo``) fails with a sentence, not an
@@ -22,7 +24,8 @@ from torch import nn
 
 from genrl.config.errors import ConfigError
 from samplers.autoregressive import Generation, TokenSampler
-from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
+from samplers.ddim import DDIMSchedule
+from samplers.masked import MaskedGeneration, UnmaskingSampler
 
 Condition = dict[str, torch.Tensor]
 
@@ -107,6 +110,44 @@ class FlowPolicy(Policy, Protocol):
 
 
 @runtime_checkable
+class DiffusionPolicy(Policy, Protocol):
+    """A classic diffusion generator (epsilon, v or sample prediction at discrete timesteps:
+    Stable Diffusion, SDXL), sampled with DDIM on its scheduler's timesteps."""
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        """The event shape of one sample's latents."""
+        ...
+
+    def encode_prompts(self, prompts: list[str]) -> Condition:
+        """Encode prompts once; every tensor is ``[B, ...]``."""
+        ...
+
+    def null_condition(self, condition: Condition) -> Condition:
+        """The unconditional encoding matching ``condition``'s batch (CFG)."""
+        ...
+
+    def predict(
+        self,
+        latents: torch.Tensor,
+        timesteps: torch.Tensor,
+        condition: Condition,
+        guidance_scale: float = 1.0,
+    ) -> torch.Tensor:
+        """``[B, *event]`` model output (its ``ddim_schedule``'s ``prediction_type``) at
+        timesteps ``[B]``, with CFG when ``!= 1``."""
+        ...
+
+    def ddim_schedule(self, num_steps: int) -> DDIMSchedule:
+        """The timesteps and ``alphas_cumprod`` of the model's scheduler for ``num_steps``."""
+        ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Clean latents ``[B, *event]`` -> images ``[B, C, H, W]`` in ``[0, 1]``."""
+        ...
+
+
+@runtime_checkable
 class TokenPolicy(Policy, Protocol):
     """A language model over token ids; prompts left-padded to ``P``, then the completion."""
 
@@ -162,20 +203,62 @@ class CausalTokenPolicy(TokenPolicy, Protocol):
 
 
 @runtime_checkable
-class MaskedTokenPolicy(TokenPolicy, Protocol):
-    """A masked-diffusion LM (MaskGRPO, diffu-GRPO)."""
+class UnmaskingPolicy(Policy, Protocol):
+    """A masked-diffusion model (MaskGRPO, diffu-GRPO): a sample is a prompt of ``P`` ids and a
+    completion of ``L`` tokens revealed from the mask token; a masked-diffusion LM or a masked
+    image-token generator."""
 
     mask_token_id: int
+    eos_token_ids: list[int]
+    masks_prompts: bool
+    """Whether a prompt token may be replaced by ``mask_token_id`` (d1's prompt masking): yes
+    for a masked LM, no for a model whose prompt goes through a separate text encoder."""
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, P]`` prompt ids and attention mask."""
+        ...
+
+    def token_log_probs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float = 1.0,
+        model_inputs: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``[B, L]`` float32 ``log p(targets | input_ids)`` of the last ``L`` positions, the
+        completion (partially masked) after the prompt."""
+        ...
 
     def generate(
         self,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
-        sampler: MaskedDiffusionSampler,
+        sampler: UnmaskingSampler,
         max_new_tokens: int,
         generator: torch.Generator | None = None,
     ) -> MaskedGeneration:
         """Exactly ``max_new_tokens`` tokens per prompt, revealed by ``sampler``."""
+        ...
+
+
+@runtime_checkable
+class MaskedTokenPolicy(TokenPolicy, UnmaskingPolicy, Protocol):
+    """A masked-diffusion LM (MaskGRPO, diffu-GRPO): completions decode to text."""
+
+
+@runtime_checkable
+class MaskedImagePolicy(UnmaskingPolicy, Protocol):
+    """A masked image-token generator (aMUSEd): completions are VQ codebook indices of an image
+    grid, decoded to pictures."""
+
+    num_image_tokens: int
+    """``L``, the image tokens of one sample."""
+    masking_schedule: str
+    """The checkpoint's mask-rate schedule (``cosine`` or ``linear``)."""
+
+    def decode_images(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Image tokens ``[B, L]`` -> images ``[B, 3, H, W]`` in ``[0, 1]``."""
         ...
 
 
@@ -225,8 +308,13 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
     if not isinstance(policy, protocol):
         kinds = {
             FlowPolicy: "a flow-matching generator (e.g. policy.name=toy_digits, sd3, flux)",
+            DiffusionPolicy: "an epsilon / v-prediction diffusion model (policy.name=sd, sdxl)",
             CausalTokenPolicy: "a causal LM or VLM (e.g. policy.name=causal_lm, vlm)",
             MaskedTokenPolicy: "a masked-diffusion LM (e.g. policy.name=masked_lm, sudoku_dllm)",
+            UnmaskingPolicy: (
+                "a masked-diffusion LM or masked image-token model (e.g. policy.name="
+                "masked_lm, sudoku_dllm, amused)"
+            ),
         }
         raise ConfigError(
             f"algorithm {algorithm} trains {kinds.get(protocol, protocol.__name__)}, but the "
@@ -237,6 +325,8 @@ def require(policy: Policy, protocol: type[P], algorithm: str) -> P:
 
 if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
     from pipelines.base import TrainablePolicy
+    from pipelines.diffusers.amused import AmusedPolicy
+    from pipelines.diffusers.diffusion_unet import DiffusionUNetPolicy
     from pipelines.diffusers.flow_image import FlowImagePolicy
     from pipelines.diffusers.hunyuan_video15 import HunyuanVideo15Policy
     from pipelines.diffusers.ltx import LTXPolicy
@@ -256,6 +346,8 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         causal: CausalLMPolicy,
         vlm: VLMPolicy,
         masked: MaskedLMPolicy,
+        unet: DiffusionUNetPolicy,
+        amused: AmusedPolicy,
     ) -> None:
         _policy: Policy = base
         _toy: FlowPolicy = toy
@@ -269,16 +361,21 @@ if TYPE_CHECKING:  # the shipped adapters conform (checked by mypy, never run)
         _entropy: EntropyTokenPolicy = causal
         _vlm_entropy: EntropyTokenPolicy = vlm
         _masked: MaskedTokenPolicy = masked
+        _unet: DiffusionPolicy = unet
+        _amused: MaskedImagePolicy = amused
 
 
 __all__ = [
     "CausalTokenPolicy",
     "Condition",
+    "DiffusionPolicy",
     "EngineTokenPolicy",
     "EntropyTokenPolicy",
     "FlowPolicy",
+    "MaskedImagePolicy",
     "MaskedTokenPolicy",
     "Policy",
     "TokenPolicy",
+    "UnmaskingPolicy",
     "require",
 ]

@@ -69,6 +69,17 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "BranchGRPO on SD3.5-medium + PickScore with the sd35m_pickscore settings.")),
     ("sana_clipscore", _hub("images", "sana_clipscore",
         "SANA-600M (512 px) + CLIPScore with Flow-GRPO's clipscore_sd3 settings.")),
+    # Classic diffusion (epsilon / v prediction), sampled with DDIM.
+    ("sd15_aesthetic_ddpo", _hub("diffusion", "sd15_aesthetic_ddpo",
+        "SD 1.5 + LAION aesthetic score with DDPO's released aesthetic settings.")),
+    ("sd15_pickscore_ddpo", _hub("diffusion", "sd15_pickscore_ddpo",
+        "SD 1.5 + PickScore with DDPO (the aesthetic settings).")),
+    ("sd15_imagereward_ddpo", _hub("diffusion", "sd15_imagereward_ddpo",
+        "SD 1.5 + ImageReward v1.0 with DDPO (the aesthetic settings).")),
+    ("sd15_pickscore_grpo", _hub("diffusion", "sd15_pickscore_grpo",
+        "SD 1.5 + PickScore with Flow-GRPO's objective on DDIM trajectories (ddim_grpo).")),
+    ("sdxl_pickscore_ddpo", _hub("diffusion", "sdxl_pickscore_ddpo",
+        "SDXL base 1.0 (1024 px) + PickScore with DDPO.")),
     ("qwenimage_pickscore", _hub("qwenimage", "qwenimage_pickscore",
         "Qwen-Image + PickScore with Flow-GRPO's pickscore_qwenimage settings.")),
     ("qwenimage_ocr", _hub("qwenimage", "qwenimage_ocr",
@@ -125,6 +136,10 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "diffu-GRPO (d1) on the embedded Sudoku masked-diffusion LM.")),
     ("llada8b_countdown_maskgrpo", _hub("dllm", "llada8b_countdown_maskgrpo",
         "MaskGRPO on LLaDA-8B-Instruct with LoRA, on Countdown.")),
+    # Masked image-token generators.
+    ("amused256_maskgrpo_hps", _hub("masked_images", "amused256_maskgrpo_hps",
+        "MaskGRPO on aMUSEd-256 with LoRA against HPSv2.1: emerge-sampler rollouts, uniform "
+        "re-masked views.")),
     # Vision-language models.
     ("qwen25vl_3b_geo_grpo", _hub("qwen_vl", "qwen25vl_3b_geo_grpo",
         "Qwen2.5-VL-3B-Instruct on Geometry3K with EasyR1's GRPO recipe (2 processes).")),

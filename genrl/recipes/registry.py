@@ -10,9 +10,11 @@ from genrl.config.errors import ConfigError
 from genrl.recipes.catalog import DEFAULT_RECIPE
 from genrl.recipes.compositional import COMPOSITIONAL_RECIPES
 from genrl.recipes.compositional_methods import COMPOSITIONAL_METHOD_RECIPES
+from genrl.recipes.diffusion import DIFFUSION_RECIPES
 from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_flow_grpo_lora
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
+from genrl.recipes.masked_images import MASKED_IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
@@ -28,12 +30,14 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     "digits_flow_grpo_lora": digits_flow_grpo_lora,
     "digits_branch_grpo": digits_branch_grpo,
     **IMAGE_RECIPES,
+    **DIFFUSION_RECIPES,
     **QWENIMAGE_RECIPES,
     **WAN_RECIPES,
     **VIDEO_MODEL_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
     **DLLM_RECIPES,
+    **MASKED_IMAGE_RECIPES,
     **QWEN_VL_RECIPES,
     **VIDEO_RECIPES,
     **COMPOSITIONAL_RECIPES,

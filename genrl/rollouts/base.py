@@ -62,6 +62,11 @@ class Rollout(abc.ABC, Generic[P, B]):
     """Base of every rollout; built once per run by its algorithm, after the policy. ``P`` is
     the policy protocol it samples from (``genrl/policies/protocols.py``), ``B`` the batch it makes."""
 
+    supports_staleness: bool = False
+    """Whether its batches keep the sampler's log-probs, so that a rollout sampled from older
+    weights (``train.max_staleness``, ``genrl/loop/staleness.py``) can be measured and corrected
+    by the objective; the token rollouts do."""
+
     @property
     def uses_reference(self) -> bool:
         """Whether sampling enters ``policy.reference()`` (e.g. a per-step KL measured while

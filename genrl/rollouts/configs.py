@@ -148,6 +148,37 @@ class SDESamplingConfig(StochasticSamplingConfig):
 
 
 @dataclass
+class DDIMSamplingConfig(FlowSamplingConfig):
+    """``sampler.*`` of DDIM trajectories of an epsilon / v-prediction diffusion model (DDPO;
+    Flow-GRPO's objective on them, ``ddim_grpo``), on the model's own scheduler timesteps.
+    Defaults are DDPO's ``config/base.py``."""
+
+    num_steps: int = 50
+    """DDIM steps in rollouts (DDPO: 50)."""
+    guidance_scale: float = 5.0
+    """Classifier-free guidance in rollouts and training (DDPO: 5.0; 1 disables CFG)."""
+    eval_num_steps: int = 50
+    """Deterministic DDIM steps (eta = 0) of held-out evaluation."""
+    noise_level: float = 1.0
+    """DDIM's ``eta`` (Song et al. 2021, eq. 16): 1 is DDPM's posterior noise (DDPO), 0
+    deterministic DDIM, which has no log-prob to train."""
+    log_prob_reduction: Literal["mean", "sum"] = "mean"
+    """Reduce per-element log-probs by mean (DDPO; clip range 1e-4) or sum."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.shift is not None:
+            raise ConfigError(
+                "sampler.shift is a flow model's time shift; a DDIM rollout runs on the "
+                "model's own scheduler timesteps: leave sampler.shift unset"
+            )
+        if not self.noise_level >= 0:
+            raise ConfigError(
+                f"sampler.noise_level (DDIM's eta) must be >= 0, got {self.noise_level}"
+            )
+
+
+@dataclass
 class LaggedCopyConfig:
     """Fields of the lagged copy that samples the endpoints (RAM, DiffusionNFT)."""
 
@@ -302,15 +333,43 @@ class UnmaskingConfig(TokenGenerationConfig):
     """``generation.*`` of masked-diffusion rollouts (``max_new_tokens`` is the fixed
     completion length)."""
 
+    sampler: Literal["llada", "maskgit", "emerge"] = "llada"
+    """How a completion is revealed: ``llada``, LLaDA's text sampler (``remasking``,
+    ``block_length``; ``samplers/masked.py``); for masked image-token models
+    (``samplers/masked_image.py``) ``maskgit``, aMUSEd's own scheduler (the stock pipeline's
+    samples), or ``emerge``, MaskGRPO's emerge sampler (each masked token revealed
+    independently with the schedule's probability, drawn at ``temperature``)."""
     diffusion_steps: int = 0
-    """Unmasking steps over the completion (0 = one token per step)."""
+    """Unmasking steps over the completion (0 = one token per step; image samplers need
+    1 to ``max_new_tokens``, aMUSEd's default 12)."""
     block_length: int | None = None
-    """Semi-autoregressive block size (None = one block)."""
+    """Semi-autoregressive block size (None = one block; ``llada`` only)."""
     remasking: Literal["low_confidence", "random"] = "low_confidence"
-    """Reveal the most confident predictions or random positions."""
+    """``llada``: reveal the most confident predictions or random positions."""
+    final_temperature: float = 0.0
+    """``maskgit``: the Gumbel temperature of the confidence falls linearly from
+    ``temperature`` to this over the steps (the stock pipeline's ``temperature=(2, 0)``:
+    ``temperature=2``, ``final_temperature=0``)."""
+    masking_schedule: Literal["cosine", "linear"] | None = None
+    """``maskgit``, ``emerge``: the mask-rate schedule ``gamma``; None takes the checkpoint's
+    ``scheduler.config.masking_schedule`` (aMUSEd: cosine)."""
 
     def validate(self) -> None:
         super().validate()
+        if self.final_temperature < 0:
+            raise ConfigError("generation.final_temperature must be >= 0")
+        if self.sampler != "llada":
+            if self.block_length is not None:
+                raise ConfigError(
+                    f"generation.block_length: the {self.sampler} sampler reveals the whole "
+                    "image at once; leave block_length null"
+                )
+            if not 1 <= self.diffusion_steps <= self.max_new_tokens:
+                raise ConfigError(
+                    f"generation.diffusion_steps must lie in [1, {self.max_new_tokens}] for the "
+                    f"{self.sampler} sampler, got {self.diffusion_steps}"
+                )
+            return
         steps = self.diffusion_steps or self.max_new_tokens
         try:
             unmasking_schedule(steps, self.block_length, self.max_new_tokens)

@@ -38,6 +38,8 @@ class AutoregressiveRollout(Rollout[CausalTokenPolicy, TokenRollout]):
         engine: what samples the training rollouts (``generation.engine``).
     """
 
+    supports_staleness = True  # ``sampler_log_probs``: the behaviour policy's, for tis_cap
+
     def __init__(self, train_config: Any) -> None:
         self.train_config = train_config
         g = train_config.generation

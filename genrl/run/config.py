@@ -16,6 +16,7 @@ from genrl.algorithms.base import AlgorithmConfig
 from genrl.config.errors import ConfigError, unknown_message
 from genrl.config.overrides import apply_override, parse_assignment, to_dict
 from genrl.config.typed import check_finite
+from genrl.rollouts.configs import DDIMSamplingConfig as DDIMSamplingConfig
 from genrl.rollouts.configs import FlowSamplingConfig as FlowSamplingConfig
 from genrl.rollouts.configs import GenerationConfig as GenerationConfig
 from genrl.rollouts.configs import SDESamplingConfig as SDESamplingConfig
@@ -131,6 +132,13 @@ class TrainLoopConfig:
     """Groups the offline store must hold (rounded up to whole ``prompts_per_iteration``
     batches); missing ones are sampled by the reference policy and scored before training,
     resumably. 0: train on what the store holds."""
+    max_staleness: int = 0
+    """Asynchronous rollouts (``genrl/loop/staleness.py``): 0 samples each iteration from the
+    weights its update starts from; K >= 1 samples iteration ``i`` from the weights of
+    iteration ``i - K`` in a background thread while iteration ``i - 1`` updates, so sampling
+    and training overlap. The lag is always exactly K (a run depends on its seed and K, not
+    on timing); the sampler's log-probs are kept, ``loss/mismatch_*`` measure the lag and
+    ``algorithm.tis_cap`` corrects it. Token rollouts (the GRPO family), one process."""
     noise_layout: Literal["global", "local"] = "global"
     """``global``: each process draws the whole batch's noise and keeps its slice, so N processes
     reproduce a one-process run; ``local``: each draws only its own (cheaper at large scale)."""
@@ -303,6 +311,25 @@ class TrainConfig:
         }.items():
             if value < 0:
                 raise ConfigError(f"{key} must be >= 0, got {value}")
+        if t.max_staleness < 0:
+            raise ConfigError(f"train.max_staleness must be >= 0, got {t.max_staleness}")
+        if t.max_staleness:
+            for key, clash in {
+                "train.dynamic_sampling": t.dynamic_sampling,
+                "train.offline_store": bool(t.offline_store),
+                "train.overlap_rewards": t.overlap_rewards,
+            }.items():
+                if clash:
+                    raise ConfigError(
+                        f"train.max_staleness samples ahead one round per iteration; it cannot "
+                        f"be combined with {key}"
+                    )
+            if num_processes > 1:
+                raise ConfigError(
+                    f"train.max_staleness runs its sampling thread on one process; this run "
+                    f"has {num_processes} (a collective in the sampling thread would interleave "
+                    "with the update's)"
+                )
         if t.dynamic_sampling and t.prompts_per_iteration % num_processes:
             raise ConfigError(
                 f"train.dynamic_sampling keeps whole groups on each process: "

@@ -24,7 +24,7 @@ from pipelines.transformers.base import (
     eos_ids,
     policy_checkpoint,
 )
-from samplers.masked import MaskedDiffusionSampler, MaskedGeneration
+from samplers.masked import MaskedGeneration, UnmaskingSampler
 
 
 class MaskedLMPolicy(TransformersPolicy):
@@ -66,6 +66,7 @@ class MaskedLMPolicy(TransformersPolicy):
                 "policy.kwargs.mask_token_id (LLaDA: 126336)"
             )
         self.mask_token_id = int(mask_token_id)
+        self.masks_prompts = True  # prompt and completion share the vocabulary and its mask
         self._adopt(
             model,
             tokenizer,
@@ -102,7 +103,7 @@ class MaskedLMPolicy(TransformersPolicy):
         self,
         prompt_ids: torch.Tensor,
         prompt_mask: torch.Tensor,
-        sampler: MaskedDiffusionSampler,
+        sampler: UnmaskingSampler,
         max_new_tokens: int,
         generator: torch.Generator | None = None,
     ) -> MaskedGeneration:

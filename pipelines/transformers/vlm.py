@@ -3,7 +3,8 @@ causal token policies: the GRPO family trains them exactly as it trains text LMs
 
 A prompt's images come from its dataset row (``Prompt.columns["images"]``: paths or PIL
 images). Each distinct prompt goes through the checkpoint's processor once per batch, as one
-user message ``[image, ..., text]`` in the processor's chat template, left-padded; the image
+user message ``[image, ..., text]`` in the processor's chat template (or, without one, its
+image token per image, then the text), left-padded; the image
 placeholders expand to the number of vision tokens the processor computes. The pixels travel
 with the rollout as batch-first ``model_inputs`` (``TokenRollout.model_inputs``), so minibatches
 slice them like any other per-sample tensor:
@@ -12,15 +13,18 @@ slice them like any other per-sample tensor:
   image's patches into one ``[patches, D]`` tensor; they are packed per sample as
   ``pixel_values [B, max_patches, D]`` and ``image_grid_thw [B, max_images, 3]`` (zero rows are
   padding) and flattened back before each forward;
-* other processors already return batch-first pixels: one image per prompt (LLaVA, Gemma 3)
-  as ``[B, C, H, W]``, or every prompt's images nested as ``[B, images, C, H, W]``, zero-padded
-  to the prompt with the most, with a ``pixel_attention_mask`` (Idefics3, tested with image
-  splitting; SmolVLM shares its layout); a processor output that is not one row per prompt is
-  refused with an error naming it.
+* processors that return pixel rows per image (LLaVA, LLaVA-NeXT, Gemma 3, PaliGemma) are
+  nested per prompt, ``[B, max_images, ...]`` with ``images_per_prompt``, and concatenated back
+  before each forward; which layout a processor has is asked once (``_one_row_per_image``);
+* the others already return batch-first pixels, every prompt's images nested as
+  ``[B, images, C, H, W]``, zero-padded to the prompt with the most, with a
+  ``pixel_attention_mask`` (Idefics3 and SmolVLM, with image splitting); a processor output
+  that is not one row per prompt is refused with an error naming it.
 
-Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples):
-``mm_token_type_ids`` for models whose forward takes them (Qwen), and ``token_type_ids``
-marking image tokens for Gemma 3, whose image tokens attend to each other bidirectionally.
+Token types are rebuilt from the ids (a completion is text, whatever ids a policy samples),
+as the family table says (``vlm_families.py``): ``mm_token_type_ids`` for models whose forward
+takes them (Qwen), ``token_type_ids`` marking image tokens for Gemma 3 (bidirectional among
+them), and PaliGemma's prefix (image and prompt, bidirectional) and suffix (the completion).
 
 Qwen-family models place tokens with multimodal RoPE (three position streams, vision tokens on
 a grid); their position ids come from the model's own ``get_rope_index`` in sampling and in
@@ -50,6 +54,7 @@ from pipelines.transformers.base import (
     eos_ids,
     policy_checkpoint,
 )
+from pipelines.transformers.vlm_families import vlm_family
 from pipelines.transformers.vlm_inputs import open_image, pack_pixels, unpack_pixels
 from samplers.autoregressive import Generation, TokenSampler, generate
 from tasks.prompt import prompt_columns, prompt_id
@@ -92,9 +97,11 @@ class VLMPolicy(TransformersPolicy, StopStrings):
                 policy_checkpoint(pretrained, "vlm"), dtype, trust_remote_code, POLICY_HINTS
             )
         self.processor = processor
-        if not getattr(processor, "chat_template", None):
+        self._chat = bool(getattr(processor, "chat_template", None))
+        if not self._chat and not getattr(processor, "image_token", None):
             raise ValueError(
-                "the VLM's processor has no chat template: genrl places images with it"
+                "the VLM's processor has neither a chat template nor an image token: genrl "
+                "cannot place the images in a prompt"
             )
         tokenizer = processor.tokenizer
         self._adopt(
@@ -114,11 +121,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         self._rope_index = getattr(inner, "get_rope_index", None)
         parameters = inspect.signature(self.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
-        self._token_types = "mm_token_type_ids" in parameters
-        # Gemma 3: ``token_type_ids`` mark image tokens, which attend bidirectionally. Only
-        # there: other models' ``token_type_ids`` mean other things (PaliGemma: prefix/suffix).
+        # The token types its forward takes differ by family (vlm_families.py).
         model_type = getattr(self.base_model.config, "model_type", "")
-        self._image_types = "token_type_ids" in parameters and model_type == "gemma3"
+        self.family = vlm_family(model_type, set(parameters))
         # Only the positions that score the completion need logits (not the vision tokens').
         self._logits_to_keep = "logits_to_keep" in parameters
         # A completion is text: the model never samples (and is never scored on) the vision
@@ -128,20 +133,46 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         special = {int(i) for n in names if (i := getattr(config, n, None)) is not None}
         self._placeholders = sorted(special - set(self.eos_token_ids))
         self._last: tuple[list[str], torch.device, Any] | None = None
+        self._per_image: bool | None = None  # the processor's pixel layout, once asked
 
     # -- prompts ------------------------------------------------------------------------------------
     def format_prompts(self, prompts: list[str]) -> list[str]:
-        """Each prompt as one user message: its images, then its text."""
-        formatted = []
-        for prompt in prompts:
-            images = [{"type": "image"} for _ in self._images(prompt)]
-            message = {"role": "user", "content": [*images, {"type": "text", "text": str(prompt)}]}
-            formatted.append(
-                self.processor.apply_chat_template(
-                    [message], add_generation_prompt=True, tokenize=False
+        """Each prompt as one user message: its images, then its text. A processor without a
+        chat template (PaliGemma's: the model reads no turns) gets its image token once per
+        image, then the text; it expands the tokens and adds its own separators."""
+        return [self._format(str(p), len(self._images(p))) for p in prompts]
+
+    def _format(self, text: str, images: int) -> str:
+        if not self._chat:
+            return self.processor.image_token * images + text
+        content = [*({"type": "image"} for _ in range(images)), {"type": "text", "text": text}]
+        return self.processor.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+
+    def _one_row_per_image(self, image: Any) -> bool:
+        """Whether the processor returns pixel rows per image (LLaVA, LLaVA-NeXT, Gemma 3,
+        PaliGemma) rather than per prompt (Idefics3, SmolVLM): the two agree on one-image
+        prompts, so it is asked once, with a prompt holding ``image`` twice. A processor that
+        refuses two images counts as per prompt (batches of uneven counts are then refused)."""
+        if self._per_image is None:
+            try:
+                text = [self._format("?", 2)]
+                out = self.processor(
+                    text=text, images=[[image, image]], return_tensors="pt", **self._special(text)
                 )
-            )
-        return formatted
+                self._per_image = len(out["pixel_values"]) == 2 and len(out["input_ids"]) == 1
+            except Exception:  # any refusal: not known to be a per-image processor
+                self._per_image = False
+        return self._per_image
+
+    def _special(self, texts: list[str]) -> dict[str, bool]:
+        """No special tokens from the tokenizer when the template wrote the begin token itself
+        (Gemma 3's starts with ``<bos>``, and its tokenizer adds one): the rule of the
+        processor's own ``apply_chat_template(tokenize=True)``, so the prompt is the one the
+        stock chat path gives."""
+        bos = self.tokenizer.bos_token
+        return {"add_special_tokens": False} if bos and texts[0].startswith(bos) else {}
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, P]`` left-padded ids (image placeholders expanded) and attention mask."""
@@ -173,13 +204,17 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         images = [[open_image(i) for i in self._images(p)] for p in distinct]
         tokenizer = self.tokenizer
         tokenizer.padding_side = "left"
+        texts = self.format_prompts(distinct)
         out = self.processor(
-            text=self.format_prompts(distinct),
+            text=texts,
             images=images if any(images) else None,
             return_tensors="pt",
             padding=True,
+            **self._special(texts),
         )
-        packed = pack_pixels(out, [len(i) for i in images], distinct)
+        per_image = any(images) and "image_grid_thw" not in out
+        per_image = per_image and self._one_row_per_image(next(i for i in images if i)[0])
+        packed = pack_pixels(out, [len(i) for i in images], distinct, per_image)
         row = {i: r for r, i in enumerate(first)}
         index = torch.tensor([row[i] for i in ids])
         result = (
@@ -202,20 +237,9 @@ class VLMPolicy(TransformersPolicy, StopStrings):
         whatever ids a policy samples), and position ids (multimodal RoPE from the model's own
         ``get_rope_index``, or real-token counts)."""
         kwargs = unpack_pixels(model_inputs or {}, self.model_dtype)
-        config = self.base_model.config
-        if self._token_types:
-            types = (input_ids == config.image_token_id).long()
-            video = getattr(config, "video_token_id", None)
-            if video is not None:
-                types = types + 2 * (input_ids == video).long()
-            if completion_length:
-                types[:, -completion_length:] = 0
-            kwargs["mm_token_type_ids"] = types
-        if self._image_types:
-            types = (input_ids == config.image_token_id).long()
-            if completion_length:
-                types[:, -completion_length:] = 0
-            kwargs["token_type_ids"] = types
+        types = self.family.token_types
+        if types is not None:
+            kwargs[types.argument] = types.of(input_ids, self.base_model.config, completion_length)
         if self._rope_index is not None:
             positions, deltas = self._rope_index(
                 input_ids,
