@@ -39,6 +39,9 @@ LoRA set up as the trainer does:
     model a rollout's peak is mostly the text: UMT5's attention over ``--max-sequence-length``
     tokens (512, about 14 MB) dwarfs the latents (``--max-sequence-length 16`` shows the part
     that grows with the frames: the stored trajectory on our side).
+(d) The other video families (``--families``: LTX-Video, HunyuanVideo 1.5, Wan 2.2 A14B), each
+    on its own tiny pipeline: rollout time as in (a), ours over the stock call
+    (``benchmarks/video_families.py``; target <= 1.15 each).
 
 Usage::
 
@@ -48,7 +51,8 @@ Usage::
 
 The last line of output is one JSON object (benchmarks/README.md); its headline
 ``rollout_over_pipe_time_ratio`` is ours / pipe median rollout time (target: <= 1.1), and
-``peak_memory_mb_by_frames`` maps each frame count to ``{"rollout": MB, "decode": MB, ...}``.
+``peak_memory_mb_by_frames`` maps each frame count to ``{"rollout": MB, "decode": MB, ...}``;
+``rollout_over_pipe_time_ratio_by_family`` holds (d).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from flow_pipes import (
     quiet_libraries,
 )
 from timing import DTYPES, autocast, synchronize, time_interleaved
+from video_families import FAMILY_TARGET_RATIO, VIDEO_FAMILIES, family_ratios
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
 from genrl.rollouts.flow import decode_in_chunks
@@ -153,6 +158,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="smoke run: 3 repeats, 1 warm-up, 2 decodes, memory at 1 and 5 frames",
     )
     # Internal: one peak-memory measurement in this (fresh) process; prints one JSON line.
+    parser.add_argument(
+        "--families",
+        default=",".join(VIDEO_FAMILIES),
+        help=f"other video families for (d), comma-separated from {', '.join(VIDEO_FAMILIES)} "
+        "(default: all; '' for none)",
+    )
     parser.add_argument("--memory-worker", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     given = argv if argv is not None else sys.argv[1:]
@@ -167,6 +178,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--batch must be a multiple of --group-size")
     if args.warmup < 0 or args.decode_chunk < 0:
         parser.error("--warmup and --decode-chunk must be >= 0")
+    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(args.families) - set(VIDEO_FAMILIES))
+    if unknown:
+        parser.error(f"--families: unknown {', '.join(unknown)}; from {', '.join(VIDEO_FAMILIES)}")
     try:
         args.memory_frames = [int(f) for f in args.memory_frames.split(",") if f.strip()]
     except ValueError:
@@ -417,6 +432,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             memory = {}  # CPU peak memory needs Linux's /proc/self/clear_refs
 
+        # (d) the other video families' rollouts against their stock calls.
+        by_family = family_ratios(args.families, Path(tmp), args, device, rollout_for)
+
     memory_method = (
         "torch.cuda.max_memory_allocated above the allocation before the call"
         if device.type == "cuda"
@@ -440,6 +458,14 @@ def main(argv: list[str] | None = None) -> None:
         "decode_ours_over_pipe_time_ratio": round(decode_median["ours"] / decode_median["pipe"], 4),
         "decode_max_abs_difference": decode_diff,
         "peak_memory_mb_by_frames": memory,
+        "rollout_over_pipe_time_ratio_by_family": {
+            family: row["rollout_over_pipe_time_ratio"] for family, row in by_family.items()
+        },
+        "family_median_ms": by_family,
+        "family_target_ratio": FAMILY_TARGET_RATIO,
+        "families_meet_target": all(
+            row["rollout_over_pipe_time_ratio"] <= FAMILY_TARGET_RATIO for row in by_family.values()
+        ),
         "peak_memory_method": memory_method,
         "model": "tiny random WanPipeline (tests/diffusers_tiny.build_wan)",
         "transformer_parameters": num_params,

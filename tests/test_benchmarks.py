@@ -64,6 +64,9 @@ def test_video_overhead_quick_ends_with_its_json_line() -> None:
             assert {"rollout", "decode", "pipe_rollout", "pipe_decode"} <= set(row)
             assert all(value >= 0 for value in row.values())
     assert summary["latent_shape"] == [4, 1, 4, 4]
+    families = summary["rollout_over_pipe_time_ratio_by_family"]
+    assert set(families) == {"ltx", "hunyuan_video15", "wan_a14b"}
+    assert all(ratio > 0 for ratio in families.values())
 
 
 @pytest.mark.slow

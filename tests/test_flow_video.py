@@ -173,3 +173,13 @@ def test_flow_grpo_trains_the_lora_and_exports_into_the_stock_pipeline(
     stock_tuned = pipe_call(fresh, family, noise, 1.0, "latent")
     assert (stock_tuned.float() - stock_base.float()).abs().max() > 1e-4
     assert (stock_tuned.float() - tuned).abs().max() < 1e-4
+
+
+def test_the_guide_s_worked_example_overrides_no_base_method() -> None:
+    """docs/porting_a_diffusers_model.md, section 5: LTX-Video's adapter implements the two
+    abstract hooks and sets class attributes; the base does the rest of the video part."""
+    from pipelines.diffusers.flow_image import FlowImagePolicy
+    from pipelines.diffusers.ltx import LTXPolicy
+
+    methods = {name for name, value in vars(LTXPolicy).items() if callable(value)}
+    assert methods == set(FlowImagePolicy.__abstractmethods__) == {"_encode", "_model_inputs"}

@@ -153,6 +153,30 @@ def test_flow_grpo_trains_the_chosen_experts_and_exports(
     assert (pipe_call(stock, noise, 3.0, "latent").float() - tuned).abs().max() < 1e-4
 
 
+def test_full_fine_tuning_of_one_expert_exports_it_alone(a14b_dir: Path, tmp_path: Path) -> None:
+    from diffusers import WanTransformer3DModel
+
+    from genrl.loop.trainer import Trainer
+
+    config = video_config(tmp_path, a14b_dir, "low_noise")
+    config.policy.lora_rank = 0
+    config.optim.lr = 1e-3
+    trainer = Trainer(config)
+    high_before = {
+        n: p.detach().clone() for n, p in trainer.policy.pipe.transformer.named_parameters()
+    }
+    trainer.train_iteration()
+    pipe = trainer.policy.pipe
+    assert all(torch.equal(p, high_before[n]) for n, p in pipe.transformer.named_parameters())
+    out = trainer.export(tmp_path / "export")
+    assert not (out / "transformer").exists()
+    loaded = WanTransformer3DModel.from_pretrained(str(out / "transformer_2")).state_dict()
+    trained = pipe.transformer_2.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in loaded.items())
+    original = WanTransformer3DModel.from_pretrained(str(a14b_dir / "transformer_2")).state_dict()
+    assert any(not torch.equal(v, trained[k]) for k, v in original.items())
+
+
 def test_train_experts_errors_name_the_problem(a14b_dir: Path) -> None:
     from diffusers_tiny import build_wan
 

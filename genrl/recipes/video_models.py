@@ -50,8 +50,8 @@ def ltx_video_flow_grpo() -> TrainConfig:
 
 def hunyuan_video15_flow_grpo() -> TrainConfig:
     """HunyuanVideo 1.5 (8.3B, 480p text-to-video) with the ``wan21_1_3b_flow_grpo`` settings at
-    240 x 416, 33 frames; CFG 6 (the guidance scale of Tencent's release, ``model_index.json``
-    of tencent/HunyuanVideo-1.5) with the empty negative prompt; Qwen2.5-VL at the pipeline's
+    240 x 416, 33 frames; CFG 6 (``guidance_scale`` in the ``model_index.json`` of Tencent's
+    original-format release, tencent/HunyuanVideo-1.5 refs/pr/1) with the empty negative prompt; Qwen2.5-VL at the pipeline's
     1000 tokens; LoRA on the attention projections. At 8.3B the frozen bf16 weights take 17 GB
     besides the 7B text encoder: shard with an ``accelerate`` FSDP config on small GPUs."""
     config = wan21_1_3b_flow_grpo()

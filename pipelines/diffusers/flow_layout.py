@@ -43,8 +43,9 @@ class LatentLayout:
     decode_noise_seed: int
 
     per_channel_latents: ClassVar[bool] = False
-    """The VAE normalises latents per channel (``latents_mean``/``latents_std``: Wan,
-    QwenImage) rather than by ``scaling_factor``/``shift_factor``."""
+    """The VAE normalises latents per channel (``latents_mean``/``latents_std`` in its config:
+    Wan, QwenImage; or as its buffers, over its ``scaling_factor``: LTX-Video) rather than by
+    ``scaling_factor``/``shift_factor`` alone."""
     latent_tokens: ClassVar[bool] = False
     """Video latents are kept as the transformer's patch tokens ``[F'/pt * H'/p * W'/p, C * pt
     * p * p]`` over the latent grid (``flow_hooks.pack_video_tokens``, the layout LTX's
