@@ -38,7 +38,7 @@ from torch import nn
 
 from pipelines.base import TrainablePolicy, disable_dropout
 from pipelines.diffusers.checkpoint import load_pipeline
-from pipelines.diffusers.flow_hooks import module_device
+from pipelines.diffusers.flow_hooks import pipeline_modules, place_frozen
 from samplers.masked import MaskedGeneration, UnmaskingSampler
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -135,14 +135,12 @@ class AmusedPolicy(TrainablePolicy):
 
     # -- components ------------------------------------------------------------------------------
     def _components(self) -> dict[str, nn.Module]:
-        return {n: m for n, m in self.pipe.components.items() if isinstance(m, nn.Module)}
+        """Every torch module of the pipeline."""
+        return pipeline_modules(self.pipe)
 
     def _place(self) -> None:
-        """Keep the frozen VQ model and text encoder on the transformer's device."""
-        device = self.device
-        for name, module in self._components().items():
-            if name != "transformer" and module_device(module) != device:
-                module.to(device)
+        """Keep the frozen components on the transformer's device (``place_frozen``)."""
+        place_frozen(self.pipe, "transformer", self.device)
 
     # -- prompts ---------------------------------------------------------------------------------
     @torch.no_grad()

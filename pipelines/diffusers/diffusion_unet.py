@@ -33,7 +33,11 @@ from torch import nn
 from pipelines.base import Condition, TrainablePolicy
 from pipelines.diffusers.checkpoint import load_pipeline
 from pipelines.diffusers.flow_export import _lora_metadata
-from pipelines.diffusers.flow_hooks import check_divisible, module_device
+from pipelines.diffusers.flow_hooks import (
+    check_divisible,
+    pipeline_modules,
+    place_frozen,
+)
 from samplers.ddim import DDIMSchedule
 from tasks.prompt import prompt_id
 
@@ -141,19 +145,12 @@ class DiffusionUNetPolicy(TrainablePolicy, abc.ABC):
         return load_pipeline(cls.pipeline_class, cls.__name__, pretrained, dtype)
 
     def _components(self) -> dict[str, nn.Module]:
-        return {
-            name: module
-            for name, module in self.pipe.components.items()
-            if isinstance(module, nn.Module)
-        }
+        """Every torch module of the pipeline."""
+        return pipeline_modules(self.pipe)
 
     def _place(self) -> None:
-        """Keep the frozen components on the UNet's device (the trainer moves only the
-        trained network)."""
-        device = self.device
-        for name, module in self._components().items():
-            if name != "unet" and module_device(module) != device:
-                module.to(device)
+        """Keep the frozen components on the unet's device (``place_frozen``)."""
+        place_frozen(self.pipe, "unet", self.device)
 
     # -- DiffusionPolicy -------------------------------------------------------------------------
     @torch.no_grad()

@@ -289,3 +289,16 @@ def module_device(module: torch.nn.Module) -> torch.device:
     for parameter in module.parameters():
         return parameter.device
     return torch.device("cpu")
+
+
+def pipeline_modules(pipe: Any) -> dict[str, torch.nn.Module]:
+    """Every torch module among a diffusers pipeline's components (denoiser, VAE, encoders)."""
+    return {n: m for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+
+
+def place_frozen(pipe: Any, trained: str, device: torch.device) -> None:
+    """Move every component but ``trained`` to ``device``: the trainer moves only the trained
+    network, and the frozen encoders and VAE must follow it."""
+    for name, module in pipeline_modules(pipe).items():
+        if name != trained and module_device(module) != device:
+            module.to(device)

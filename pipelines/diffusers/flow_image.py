@@ -34,7 +34,13 @@ from torch import nn
 
 from pipelines.base import Condition, FlowPolicy
 from pipelines.diffusers.checkpoint import load_pipeline
-from pipelines.diffusers.flow_hooks import Guidance, check_divisible, join_padded, module_device
+from pipelines.diffusers.flow_hooks import (
+    Guidance,
+    check_divisible,
+    join_padded,
+    pipeline_modules,
+    place_frozen,
+)
 from pipelines.diffusers.flow_layout import LatentLayout
 from tasks.prompt import prompt_id
 
@@ -222,20 +228,12 @@ class FlowImagePolicy(LatentLayout, FlowPolicy):
             )
 
     def _components(self) -> dict[str, nn.Module]:
-        """Every torch module of the pipeline (transformer, VAE, text encoders)."""
-        return {
-            name: module
-            for name, module in self.pipe.components.items()
-            if isinstance(module, nn.Module)
-        }
+        """Every torch module of the pipeline."""
+        return pipeline_modules(self.pipe)
 
     def _place(self) -> None:
-        """Keep the frozen components on the transformer's device (the trainer moves only the
-        trained network)."""
-        device = self.device
-        for name, module in self._components().items():
-            if name != "transformer" and module_device(module) != device:
-                module.to(device)
+        """Keep the frozen components on the transformer's device (``place_frozen``)."""
+        place_frozen(self.pipe, "transformer", self.device)
 
     # -- FlowPolicy ------------------------------------------------------------------------------
     @torch.no_grad()
