@@ -7,8 +7,9 @@ policy had ``K`` iterations before: iteration ``j`` samples from *version* ``max
 (version ``v``: the weights after ``v`` iterations' updates). The lag is exactly ``K`` rather
 than "whatever was newest when the thread started", so that a run is a function of its seed and
 ``K`` alone: scheduling (which thread ran first, how long a reward took) never changes a sample,
-and a resumed run reproduces an uninterrupted one. verl's and AReaL's asynchronous trainers
-instead take the newest weights available, bounding the lag; here the bound is always reached.
+and a resumed run reproduces an uninterrupted one. The price: the bound is always reached, even
+when newer weights were ready (a documented choice; other asynchronous trainers' rules were not
+read for this module).
 
 What runs in the thread is phases 1-2 only (prompts, sampling). Rewards, a stateful reward's
 ``update`` and advantages (phases 3-4) run in the trainer's thread when the batch is consumed,
@@ -21,8 +22,8 @@ weights (``generation.engine=vllm``) is synced to that version too.
 The update then compares against the trainer's own old log-probs (recomputed before the update,
 as always), while the tokens came from a policy ``K`` updates older: the engine's log-probs are
 the behaviour policy's. ``loss/mismatch_*`` measure the gap and ``algorithm.tis_cap`` corrects
-it by truncated importance sampling (``genrl/objectives/mismatch.py``), the correction verl's
-rollout correction and AReaL's decoupled objective apply to stale rollouts.
+it by truncated importance sampling (``genrl/objectives/mismatch.py``, after verl's rollout
+correction).
 """
 
 from __future__ import annotations
