@@ -163,6 +163,12 @@ class TrainablePolicy:
     def default_lora_targets(self) -> list[str]:
         return [n for n, m in self.network.named_modules() if isinstance(m, nn.Linear)]
 
+    def trainable_in_float32(self) -> None:
+        """Store the trainable weights in float32 whatever the base dtype, as the adapters do
+        after ``setup_training``: updates of ~1e-4 relative size would round away in bf16."""
+        for parameter in self.trainable_parameters():
+            parameter.data = parameter.data.float()
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.network.parameters() if p.requires_grad]
 

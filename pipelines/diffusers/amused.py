@@ -293,8 +293,7 @@ class AmusedPolicy(TrainablePolicy):
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         super().setup_training(rank, alpha, target_modules)
         # float32 trainable weights whatever the storage dtype (updates would round away in bf16)
-        for parameter in self.trainable_parameters():
-            parameter.data = parameter.data.float()
+        self.trainable_in_float32()
 
     def export(self, directory: str | Path) -> Path:
         """LoRA: ``pytorch_lora_weights.safetensors`` with peft's adapter config as metadata,

@@ -344,8 +344,7 @@ class FlowImagePolicy(LatentLayout, FlowPolicy):
         super().setup_training(rank, alpha, target_modules)
         # Trainable weights in float32 whatever the base dtype: the optimizer's updates of
         # ~1e-4 relative size would round away in bf16.
-        for parameter in self.trainable_parameters():
-            parameter.data = parameter.data.float()
+        self.trainable_in_float32()
         self.model_dtype = self.pipe.transformer.dtype
 
     # -- export ----------------------------------------------------------------------------------

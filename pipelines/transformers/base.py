@@ -200,8 +200,7 @@ class TransformersPolicy(TrainablePolicy, abc.ABC):
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         super().setup_training(rank, alpha, target_modules)
         # Updates of ~1e-5 relative size would round away in bf16 weights.
-        for parameter in self.trainable_parameters():
-            parameter.data = parameter.data.float()
+        self.trainable_in_float32()
 
     def export(self, directory: str | Path) -> Path:
         """LoRA: a peft adapter (``PeftModel.from_pretrained(base, directory)``); full
