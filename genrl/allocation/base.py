@@ -8,9 +8,10 @@ scores what it asks for (``RoundSampler``) and computes the advantages of the gr
 (phase 4, unchanged), so allocation never touches an objective or a rollout.
 
 A training group may hold samples drawn in earlier rounds or iterations (Pilot-Commit's pilot
-samples): their old log-probs are recomputed under the current policy in phase 5
-(``Objective.units``), as verl recomputes them for every training batch; their rewards are the
-ones recorded when they were scored.
+samples); their rewards are the ones recorded when they were scored. The token objectives
+recompute old log-probs under the current policy in phase 5 (``Objective.units``), as verl
+recomputes them for every training batch, so such samples count as on-policy there; Flow-GRPO
+keeps the sampler's log-probs, so their ratio measures the lag and its clip bounds it.
 """
 
 from __future__ import annotations

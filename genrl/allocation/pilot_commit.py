@@ -10,9 +10,10 @@ Each round samples two things at once, as the released trainer does:
 - **commit**: up to the groups still missing, taken out of the buffer (``prompt_choice``),
   ``train.group_size`` fresh samples each. A committed prompt's training group is
   ``kept_pilot_samples`` of its pilot samples (``response_choice``) followed by those fresh
-  ones, so its pilot samples may be up to ``max_off_iterations`` iterations old (their old
-  log-probs are recomputed under the current policy in phase 5, as verl recomputes
-  ``old_log_prob`` for the whole training batch; their rewards are the recorded ones).
+  ones, so its pilot samples may be up to ``max_off_iterations`` iterations old, with their
+  recorded rewards (the token objectives recompute their old log-probs under the current
+  policy in phase 5, as verl recomputes ``old_log_prob`` for the whole training batch;
+  ``genrl/allocation/base.py`` says what Flow-GRPO does).
 
 Rounds repeat until ``prompts_per_iteration`` groups are committed (the first round of a run
 commits nothing: the buffer is empty). At the end of the iteration, entries older than
