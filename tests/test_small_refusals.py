@@ -10,7 +10,7 @@ from loading.assets import build_command, resolve_weights
 
 
 def test_a_missing_embedded_weight_names_its_own_build_script() -> None:
-    with pytest.raises(FileNotFoundError, match="build_video_assets.py"):
+    with pytest.raises(FileNotFoundError, match=r"build_video_assets\.py"):
         resolve_weights(None, "video_digits/no_such_model.safetensors")
     assert build_command("countdown_lm/model.safetensors") == "python scripts/build_countdown_lm.py"
     assert build_command("digits_flow.safetensors") == "python scripts/build_assets.py"
