@@ -1,8 +1,12 @@
-"""Allocation methods on Countdown (issue 36): held-out accuracy against the rollouts spent.
+"""Allocation methods (issue 36): held-out accuracy against the rollouts spent.
 
-Every method trains the embedded Countdown LM with GRPO's objective (the ``llm_countdown_grpo``
-recipe: its learning rate, KL, clip range, passes and schedule) and spends the same rollout
-budget (``--budget`` samples, counting every sample drawn: pilots, profiles, refills):
+``--task countdown`` (default): every method trains the embedded Countdown LM with GRPO's
+objective (the ``llm_countdown_grpo`` recipe: its learning rate, KL, clip range, passes and
+schedule); ``--task compositional``: Flow-GRPO on the compositional task
+(``compositional_flow_grpo``, 16 x 8 per iteration, scored by the GenEval rule's
+``compositional/correct``; Pilot-Commit then commits 5 prompts per iteration, 120 samples,
+and sGPO profiles the 430 training prompts). Each spends the same rollout budget
+(``--budget`` samples, counting every sample drawn: pilots, profiles, refills). On Countdown:
 
 - ``grpo``: uniform groups, 32 prompts x 8 samples per iteration (the recipe);
 - ``pilot_commit``: the released 1.5B script's proportions (pilots on 3x the training prompts,
@@ -23,6 +27,7 @@ final seed-mean accuracy and 90% of GRPO's gain. Each run (method, seed) is cach
 
     python benchmarks/allocation.py                                  # 3 methods x 3 seeds
     python benchmarks/allocation.py --methods grpo --seeds 0 --budget 12800
+    python benchmarks/allocation.py --task compositional --budget 25600
 """
 
 from __future__ import annotations
@@ -34,57 +39,90 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-GRPO_PER_ITERATION = 32 * 8
-PC_FIRST, PC_PER_ITERATION = 96 + 192, 192
-PROFILE = 1000 * 8
 
-METRIC = "countdown/accuracy"
-METHODS: dict[str, list[str]] = {
-    "grpo": [],
-    "pilot_commit": [
-        "allocation.name=pilot_commit",
-        f"allocation.metric={METRIC}",
-        "train.prompts_per_iteration=8",
-        "train.group_size=12",
-        "allocation.pilot_commit.pilot_samples=4",
-        "allocation.pilot_commit.pilot_prompts_factor=3",
-    ],
-    "sorted_groups": [
-        "allocation.name=sorted_groups",
-        f"allocation.metric={METRIC}",
-        "allocation.sorted_groups.profile_samples=8",
-    ],
+@dataclass(frozen=True)
+class Task:
+    """A benchmark task: its GRPO-family recipe, the 0/1 score the policies read, the held-out
+    score reported, and the per-iteration sizes of each method."""
+
+    recipe: str
+    metric: str
+    heldout: str
+    prompts: int  # the recipe's prompts per iteration
+    group_size: int  # and samples per prompt
+    committed: int  # Pilot-Commit's committed prompts per iteration
+    training_prompts: int  # what sGPO profiles
+
+
+TASKS = {
+    "countdown": Task(
+        "llm_countdown_grpo", "countdown/accuracy", "countdown/accuracy", 32, 8, 8, 1000
+    ),
+    # Flow-GRPO on the compositional task: 16 x 8 per iteration; Pilot-Commit's 5 committed
+    # prompts cost 5 x 12 + 15 x 4 = 120 samples per iteration.
+    "compositional": Task(
+        "compositional_flow_grpo", "compositional/correct", "compositional/correct", 16, 8, 5, 430
+    ),
 }
+PILOT_SAMPLES, COMMIT_SAMPLES, PILOT_FACTOR, PROFILE_SAMPLES = 4, 12, 3, 8
 
 
-def iterations_for(method: str, budget: int) -> int:
-    """The iterations that spend ``budget`` samples (at least one)."""
+def method_overrides(method: str, task: Task) -> list[str]:
     if method == "pilot_commit":
-        return max(1, 1 + (budget - PC_FIRST) // PC_PER_ITERATION)
+        return [
+            "allocation.name=pilot_commit",
+            f"allocation.metric={task.metric}",
+            f"train.prompts_per_iteration={task.committed}",
+            f"train.group_size={COMMIT_SAMPLES}",
+            f"allocation.pilot_commit.pilot_samples={PILOT_SAMPLES}",
+            f"allocation.pilot_commit.pilot_prompts_factor={PILOT_FACTOR}",
+        ]
     if method == "sorted_groups":
-        return max(1, (budget - PROFILE) // GRPO_PER_ITERATION)
-    return max(1, budget // GRPO_PER_ITERATION)
+        return [
+            "allocation.name=sorted_groups",
+            f"allocation.metric={task.metric}",
+            f"allocation.sorted_groups.profile_samples={PROFILE_SAMPLES}",
+        ]
+    return []
 
 
-def run_one(method: str, seed: int, budget: int, out: Path) -> dict[str, Any]:
+METHODS = ("grpo", "pilot_commit", "sorted_groups")
+
+
+def iterations_for(method: str, task: Task, budget: int) -> int:
+    """The iterations that spend ``budget`` samples (at least one)."""
+    uniform = task.prompts * task.group_size
+    if method == "pilot_commit":
+        pilots = PILOT_FACTOR * task.committed * PILOT_SAMPLES
+        per_iteration = pilots + task.committed * COMMIT_SAMPLES
+        return max(1, 1 + (budget - pilots - per_iteration) // per_iteration)
+    if method == "sorted_groups":
+        return max(1, (budget - task.training_prompts * PROFILE_SAMPLES) // uniform)
+    return max(1, budget // uniform)
+
+
+def run_one(method: str, task_name: str, seed: int, budget: int, out: Path) -> dict[str, Any]:
     """Train one (method, seed), or read it from the cache."""
-    key = f"{method}-seed{seed}-budget{budget}"
+    task = TASKS[task_name]
+    prefix = "" if task_name == "countdown" else f"{task_name}-"
+    key = f"{prefix}{method}-seed{seed}-budget{budget}"
     cache = out / "results" / f"{key}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
     from genrl import Trainer, get_recipe
     from genrl.reporting.metrics import read_metrics
 
-    iterations = iterations_for(method, budget)
-    config = get_recipe("llm_countdown_grpo").apply_overrides(
+    iterations = iterations_for(method, task, budget)
+    config = get_recipe(task.recipe).apply_overrides(
         [
-            *METHODS[method],
+            *method_overrides(method, task),
             f"seed={seed}",
             f"train.iterations={iterations}",
             f"eval.every={max(1, iterations // 20)}",
@@ -106,11 +144,12 @@ def run_one(method: str, seed: int, budget: int, out: Path) -> dict[str, Any]:
     for row in read_metrics(run_dir / "metrics.jsonl"):
         if "train_units" in row:
             samples += row.get("allocation/samples_generated", per_iteration)
-        if f"eval/{METRIC}" in row:
-            point = [float(row["iteration"]), samples, float(row[f"eval/{METRIC}"])]
+        if f"eval/{task.heldout}" in row:
+            point = [float(row["iteration"]), samples, float(row[f"eval/{task.heldout}"])]
             curve = [p for p in curve if p[0] != point[0]] + [point]
     result = {
         "method": method,
+        "task": task_name,
         "seed": seed,
         "budget": budget,
         "iterations": iterations,
@@ -119,7 +158,7 @@ def run_one(method: str, seed: int, budget: int, out: Path) -> dict[str, Any]:
         "before": curve[0][2],
         "after": curve[-1][2],
         "seconds": time.perf_counter() - started,
-        "summary_accuracy": summary.get("heldout_scores_after", {}).get(METRIC),
+        "summary_heldout": summary.get("heldout_scores_after", {}).get(task.heldout),
     }
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_suffix(".tmp")
@@ -178,6 +217,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="countdown")
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=51_200, help="samples per run")
@@ -192,7 +232,7 @@ def main() -> None:
     results = []
     for method in args.methods:
         for seed in args.seeds:
-            result = run_one(method, seed, args.budget, args.output_dir)
+            result = run_one(method, args.task, seed, args.budget, args.output_dir)
             results.append(result)
             print(
                 f"{method:14s} seed {seed}: {result['before']:.3f} -> {result['after']:.3f} "
@@ -207,7 +247,7 @@ def main() -> None:
             f"{method:14s} {row['before']:.3f} -> {row['after']:.3f} (gain {row['gain']:+.3f}); "
             f"rollouts to 90% of GRPO's gain vs GRPO: {shown}"
         )
-    print(json.dumps({"budget": args.budget, **summary}))
+    print(json.dumps({"task": args.task, "budget": args.budget, **summary}))
 
 
 if __name__ == "__main__":
