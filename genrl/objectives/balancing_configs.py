@@ -27,8 +27,8 @@ class BalancingConfig:
     """Where the per-reward gradients and their Gram matrix live: ``parameters``, the
     trainable parameters' gradients (one backward per reward through the network, all from one
     shared forward); ``velocity``, the gradients with respect to the predicted velocities (the
-    network's output; MGDA-UB's bound, Sener & Koltun 2018 sec. 3.3), which cost no backward
-    through the network. The logged cosines are in the same space."""
+    network's output, like MGDA-UB's gradients at a shared representation, Sener & Koltun
+    2018), which cost no backward through the network. The cosines are logged in that space."""
     direction: Literal["normalized", "raw"] = "normalized"
     """``normalized``: the update is ``sum_k alpha_k g_k / |g_k|``, the min-norm point of the
     unit gradients (every reward's cosine with it is >= 0), carried by the loss mixed with
