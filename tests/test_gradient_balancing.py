@@ -58,8 +58,8 @@ def test_three_gradients_with_a_known_min_norm_point(solver: str) -> None:
 
 @pytest.mark.parametrize("solver", ["frank_wolfe", "projected_gradient"])
 def test_the_interior_solution_of_three_gradients(solver: str) -> None:
-    # (1, 0, 0), (0, 2, 0) and (0, 0, 1) ... the min-norm point of orthogonal vectors with
-    # norms n_k has alpha_k proportional to 1 / n_k^2: (4, 1, 4) / 9.
+    # (1, 0, 0), (0, 2, 0) and (0, 0, 1): the min-norm point of orthogonal vectors with norms
+    # n_k has alpha_k proportional to 1 / n_k^2, here (1, 1/4, 1) / (9/4) = (4, 1, 4) / 9.
     gram = torch.diag(torch.tensor([1.0, 4.0, 1.0], dtype=torch.float64))
     weights = min_norm_weights(gram, solver=solver, max_iters=5000)  # type: ignore[arg-type]
     assert weights.tolist() == pytest.approx([4 / 9, 1 / 9, 4 / 9], abs=1e-4)

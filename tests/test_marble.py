@@ -158,6 +158,25 @@ def test_the_baseline_loss_is_diffusion_nfts(tmp_path: Path) -> None:
     assert metrics["balance/worst_cosine"] <= 1
 
 
+def test_without_smoothing_no_reward_is_anti_aligned_with_the_update(tmp_path: Path) -> None:
+    # rho = 0 and the normalised direction: the update is the min-norm point itself, so every
+    # reward's cosine with it is >= 0 (the program's optimality condition), while the plain sum
+    # of the same gradients may point against one of them.
+    config = _tiny(
+        tmp_path, "compositional_marble", "reward.1.weight=1.0", "algorithm.balance_ema=0"
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run")
+    trainer.train_iteration()  # moves the policy off the lagged copy
+    batch = trainer.collect()
+    units = trainer.objective.units(trainer.policy, batch.rollout, batch.noise)
+    for start in range(0, len(units), 16):
+        _, metrics = trainer.objective.loss(
+            trainer.policy, units.select(torch.arange(start, start + 16))
+        )
+        assert float(metrics["balance/worst_cosine"]) >= -1e-6
+        assert float(metrics["balance/worst_negative"]) == 0.0
+
+
 def test_configuration_errors() -> None:
     config = get_recipe("compositional_marble")
     config.reward[2].weight = 0.0
