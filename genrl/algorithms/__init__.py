@@ -10,6 +10,7 @@ from genrl.algorithms import (
     flow_grpo,
     gdro,
     grpo,
+    marble,
     mask_grpo,
     ram,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "flow_grpo",
     "gdro",
     "grpo",
+    "marble",
     "mask_grpo",
     "ram",
     "register_algorithm",

@@ -300,7 +300,16 @@ class BatchCollector:
         # Per-prompt state (stat trackers, MSSR's baselines) is keyed by plain-string ids:
         # checkpoints hold it, and dataset rows may share a text.
         ids = [prompt_id(p) for p in global_prompts]
-        advantages = self.objective.advantages(rewards, ids, global_group_ids, **(inputs or {}))
+        inputs = dict(inputs or {})
+        if self.objective.reward_names:  # per-reward advantages (MARBLE), columns in that order
+            # Named as the config's reward entries; each score is under its model's own name.
+            models = {
+                s.name: m.name
+                for s, (m, _) in zip(self.config.reward, self.reward.rewards, strict=True)
+            }
+            columns = [scores[models[name]].float() for name in self.objective.reward_names]
+            inputs["reward_scores"] = torch.stack(columns, dim=1)
+        advantages = self.objective.advantages(rewards, ids, global_group_ids, **inputs)
         rollout.advantages = advantages[local].to(self.policy.device, torch.float32)
         excluded = self.objective.excluded_samples(rewards, global_group_ids)
         if excluded is not None:

@@ -67,6 +67,14 @@ class Objective(abc.ABC, Generic[P, B, U]):
         del batch
         return {}
 
+    @property
+    def reward_names(self) -> tuple[str, ...]:
+        """Rewards (named as the run's ``reward`` entries) whose scores ``advantages`` takes one
+        by one (MARBLE's per-reward advantages): the trainer passes them as ``reward_scores``,
+        ``[N, len(names)]`` in this order, besides the aggregated training reward. Empty by
+        default."""
+        return ()
+
     @abc.abstractmethod
     def advantages(
         self,

@@ -182,14 +182,9 @@ class NFTLoss:
         sigma: torch.Tensor,
         optimality: torch.Tensor,
     ) -> tuple[torch.Tensor, Metrics]:
-        t = sigma.view(-1, *([1] * (velocity.dim() - 1)))
         old = old_velocity.detach()
-        positive = self.beta * velocity + (1 - self.beta) * old
-        negative = (1 + self.beta) * old - self.beta * velocity
-        positive_loss = _normalised_x0_error(noised - t * positive - clean)
-        negative_loss = _normalised_x0_error(noised - t * negative - clean)
-        per_sample = (optimality * positive_loss + (1 - optimality) * negative_loss) / self.beta
-        policy_loss = self.scale * per_sample.mean()
+        positive_loss, negative_loss = self.branch_losses(velocity, old, noised, clean, sigma)
+        policy_loss = self.policy_loss(positive_loss, negative_loss, optimality)
         loss = policy_loss
         metrics = {
             "policy_loss": policy_loss.detach(),
@@ -204,6 +199,33 @@ class NFTLoss:
         with torch.no_grad():
             metrics["old_distance"] = per_sample_mean((velocity - old) ** 2).mean()
         return loss, metrics
+
+    def branch_losses(
+        self,
+        velocity: torch.Tensor,
+        old_velocity: torch.Tensor,
+        noised: torch.Tensor,
+        clean: torch.Tensor,
+        sigma: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(L+, L-)`` per unit ``[U]``: the two implicit policies' normalised errors, which do
+        not depend on ``r`` (so the loss is affine in ``r``; MARBLE builds on this)."""
+        t = sigma.view(-1, *([1] * (velocity.dim() - 1)))
+        positive = self.beta * velocity + (1 - self.beta) * old_velocity
+        negative = (1 + self.beta) * old_velocity - self.beta * velocity
+        positive_loss = _normalised_x0_error(noised - t * positive - clean)
+        negative_loss = _normalised_x0_error(noised - t * negative - clean)
+        return positive_loss, negative_loss
+
+    def policy_loss(
+        self, positive_loss: torch.Tensor, negative_loss: torch.Tensor, optimality: torch.Tensor
+    ) -> torch.Tensor:
+        """``scale * mean(r L+ + (1 - r) L-) / beta``; ``optimality`` ``[U]``, or ``[U, K]``
+        for ``K`` losses at once (returns ``[K]``)."""
+        if optimality.dim() == 2:
+            positive_loss, negative_loss = positive_loss[:, None], negative_loss[:, None]
+        per_sample = (optimality * positive_loss + (1 - optimality) * negative_loss) / self.beta
+        return self.scale * per_sample.mean(dim=0)
 
 
 def _normalised_x0_error(error: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ MODEL_COPIES: dict[str, Callable[[Any], tuple[bool, bool]]] = {
     "ram": lambda a: (True, True),
     "gdro": lambda a: (True, False),
     "diffusion_nft": lambda a: (_kl(a), True),
+    "marble": lambda a: (_kl(a), True),
     "dgpo": lambda a: (
         a.reference == "frozen" or _kl(a),
         not (a.clip_range is None and a.reference == "frozen"),

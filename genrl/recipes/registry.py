@@ -15,6 +15,7 @@ from genrl.recipes.digits import digits_branch_grpo, digits_flow_grpo, digits_fl
 from genrl.recipes.dllm import DLLM_RECIPES
 from genrl.recipes.images import IMAGE_RECIPES
 from genrl.recipes.masked_images import MASKED_IMAGE_RECIPES
+from genrl.recipes.multi_reward import MULTI_REWARD_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
@@ -42,6 +43,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **VIDEO_RECIPES,
     **COMPOSITIONAL_RECIPES,
     **COMPOSITIONAL_METHOD_RECIPES,
+    **MULTI_REWARD_RECIPES,
     **VLM_RECIPES,
 }
 
