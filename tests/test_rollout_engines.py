@@ -28,7 +28,7 @@ from tests.engine_tiny import save_engine_lm
 def test_the_registry_builds_the_loop_by_default() -> None:
     config = get_recipe("llm_countdown_grpo")
     assert config.generation.engine == "loop"
-    assert set(engines.ENGINES) == {"loop", "vllm"}
+    assert set(engines.ENGINES) == {"loop", "vllm", "vllm_server"}
     assert isinstance(AutoregressiveRollout(config).engine, LoopEngine)
 
 

@@ -230,6 +230,83 @@ def test_stale_rollouts_through_the_engine(checkpoint: Path, tmp_path: Path) -> 
     assert trained[1]["loss/mismatch_max_abs_diff"] > 10 * TOLERANCE
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_rollout_server_samples_what_the_colocated_engine_samples(
+    rollout: AutoregressiveRollout, checkpoint: Path
+) -> None:
+    """`genrl serve-rollout` in a process of its own and `generation.engine=vllm_server` in
+    this one: the same ids and log-probs as the colocated engine for the same seeds and
+    weights, the weight push makes it follow the trainer, and a bad request is a 400."""
+    import time
+
+    import httpx
+
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "genrl.cli.main", "serve-rollout", str(checkpoint)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            try:
+                health = httpx.get(f"{url}/health", timeout=5).json()
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the rollout server did not start"
+                time.sleep(1)
+        config = get_recipe("llm_countdown_grpo").apply_overrides(
+            [
+                "policy.name=causal_lm",
+                f"policy.pretrained={checkpoint}",
+                "generation.engine=vllm_server",
+                f"generation.engine_url={url}",
+                "generation.max_new_tokens=16",
+            ]
+        )
+        config.validate()
+        served_rollout = AutoregressiveRollout(config)
+        policy = full_policy(checkpoint)
+        rollout.sync_weights(policy)
+        colocated = sample(rollout, policy)
+        served = sample(served_rollout, policy)  # the first rollout pushes the weights
+        assert torch.equal(served.input_ids, colocated.input_ids)
+        assert served.sampler_log_probs is not None and colocated.sampler_log_probs is not None
+        served_gap = float((served.sampler_log_probs - colocated.sampler_log_probs).abs().max())
+        print(f"server vs colocated log-probs: {served_gap:.3g}; health {health}")
+        assert served_gap < TOLERANCE
+        perturb(policy)
+        seconds = served_rollout.sync_weights(policy)
+        assert seconds is not None and seconds > 0
+        assert log_prob_gap(served_rollout, policy, sample(served_rollout, policy)) < TOLERANCE
+        bad = httpx.post(
+            f"{url}/generate",
+            json={
+                "requests": [{"token_ids": [10**6], "n": 1, "seed": 0}],
+                "settings": {"temperature": 1.0, "max_tokens": 4},
+            },
+        )
+        assert bad.status_code == 400 and "token_ids[0]" in bad.json()["error"]
+        assert httpx.get(f"{url}/health").json()["weights_version"] == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 def test_rollout_engine_benchmark_quick_ends_with_its_json_line() -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "rollout_engine.py"), "--quick"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}

@@ -1,4 +1,5 @@
-"""Command line: ``genrl train | eval | sample | export | plan | serve-reward | train-reward | list``.
+"""Command line: ``genrl train | eval | sample | export | plan | serve-reward | serve-rollout |
+train-reward | list``.
 
 User mistakes (bad config, missing checkpoint, failing reward) end with a one-line error and
 exit code 2; set ``GENRL_DEBUG=1`` to see the full traceback.
@@ -15,6 +16,7 @@ from typing import Any, NoReturn
 
 from genrl.cli.commands_config import checked_config, run_dir_with_config, unknown_recipe
 from genrl.cli.planning import add_plan_parser
+from genrl.cli.rollout_serving import add_serve_rollout_parser
 from genrl.cli.serving import add_serve_parser
 
 
@@ -112,6 +114,7 @@ def build_parser() -> _Parser:
 
     add_plan_parser(sub, _add_config_args)
     add_serve_parser(sub)
+    add_serve_rollout_parser(sub)
 
     learn = sub.add_parser("train-reward", help="train a reward model (artifact probe)")
     learn.add_argument("kind", choices=["artifact"], help="what to train")
@@ -171,6 +174,7 @@ def _is_user_error(err: Exception) -> bool:
     from genrl.allocation.base import AllocationError
     from genrl.data.fileio import DiskFullError
     from genrl.loop.optimization import NonFiniteLossError
+    from genrl.rollouts.engines.vllm_server import RolloutServerError
     from loading.extras import MissingExtraError
     from loading.hub import ModelNotCachedError
     from reward_models import RewardError
@@ -180,6 +184,7 @@ def _is_user_error(err: Exception) -> bool:
         RewardError
         | NonFiniteLossError
         | AllocationError
+        | RolloutServerError
         | DiskFullError
         | MissingExtraError
         | ModelNotCachedError,
@@ -368,6 +373,12 @@ def cmd_serve_reward(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_serve_rollout(args: argparse.Namespace) -> int:
+    from genrl.cli.rollout_serving import cmd_serve_rollout as run
+
+    return run(args)
+
+
 # The commands that build a run from a config (checked before torch loads).
 _CONFIGURED = ("train", "eval", "sample", "export", "plan")
 
@@ -377,6 +388,7 @@ _COMMANDS = {
     "sample": cmd_sample,
     "export": cmd_export,
     "serve-reward": cmd_serve_reward,
+    "serve-rollout": cmd_serve_rollout,
     "train-reward": cmd_train_reward,
     "list": cmd_list,
     "plan": cmd_plan,

@@ -301,8 +301,17 @@ class GenerationConfig(TokenGenerationConfig):
     """What samples the training rollouts (``genrl/rollouts/engines``): ``loop``, the built-in
     sampling loop over the policy's forward (exact, no second copy of the weights); ``vllm``, a
     colocated ``vllm.LLM`` on the policy's checkpoint (causal LMs; needs vLLM installed, see
-    docs/algorithms/grpo.md), whose weights follow the trainer's after every update. Held-out
-    evaluation samples with the loop either way."""
+    docs/algorithms/grpo.md), whose weights follow the trainer's after every update;
+    ``vllm_server``, the same engine in its own process (``genrl serve-rollout``) at
+    ``engine_url``, to which the weights are pushed over HTTP (the trainer needs no vLLM).
+    Held-out evaluation samples with the loop either way."""
+    engine_url: str = "http://127.0.0.1:8100"
+    """``engine=vllm_server``: where ``genrl serve-rollout`` listens."""
+    engine_token_env: str = "GENRL_ROLLOUT_TOKEN"
+    """``engine=vllm_server``: the environment variable holding the server's token (sent as
+    ``Authorization: Bearer``; none when unset)."""
+    engine_timeout_s: float = 600.0
+    """``engine=vllm_server``: seconds to wait for one reply (a batch's generation)."""
     engine_max_model_len: int = 0
     """``engine=vllm``: the longest prompt plus completion the engine serves, in tokens (vLLM's
     ``max_model_len``; at most the config's ``max_position_embeddings``); 0 takes that."""
@@ -321,6 +330,14 @@ class GenerationConfig(TokenGenerationConfig):
                 f"generation.top_k must be >= 0 and top_p in (0, 1], got {self.top_k}, {self.top_p}"
             )
         check_engine(self.engine)
+        if not self.engine_timeout_s > 0:
+            raise ConfigError(
+                f"generation.engine_timeout_s must be > 0, got {self.engine_timeout_s}"
+            )
+        if self.engine == "vllm_server" and not self.engine_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"generation.engine_url must be an http:// or https:// URL, got {self.engine_url!r}"
+            )
         if self.engine_max_model_len < 0 or self.engine_kv_cache_mb < 1:
             raise ConfigError(
                 "generation.engine_max_model_len must be >= 0 and engine_kv_cache_mb >= 1, got "

@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 ENGINES: dict[str, str] = {
     "loop": "genrl.rollouts.engines.loop:LoopEngine",
     "vllm": "genrl.rollouts.engines.vllm_engine:VLLMEngine",
+    "vllm_server": "genrl.rollouts.engines.vllm_server:VLLMServerEngine",
 }
 
 # name -> the importable module an engine needs (engines not listed need nothing beyond genrl).
-REQUIRES: dict[str, str] = {"vllm": "vllm"}
+REQUIRES: dict[str, str] = {"vllm": "vllm", "vllm_server": "httpx"}
 
 # How to get what an engine needs, for its missing-library error.
 INSTALL_HINT = (
