@@ -21,6 +21,7 @@ from genrl.data.rng import RolloutNoise
 from genrl.distributed.processes import gather
 from genrl.loop.allocation import collect_varied_groups
 from genrl.loop.groups import expand_groups, gather_scores
+from genrl.loop.replay import ReplayRound
 from genrl.loop.reward_overlap import sample_and_score, score_in_chunks
 from genrl.loop.staleness import StaleSampler, version_for
 from genrl.objectives.advantages import decoupled_group_rewards
@@ -138,6 +139,8 @@ class BatchCollector:
             from genrl.loop.offline import OfflineSource
 
             self.offline = OfflineSource(config, accelerator)
+        # replay.*: earlier completions mixed into the groups (genrl/loop/replay.py).
+        self.replay = ReplayRound(config) if config.replay.enabled else None
 
     def fill_offline_store(self) -> int:
         """Sample and score the groups the offline store still lacks (none without a store)."""
@@ -153,6 +156,8 @@ class BatchCollector:
             return self.read_offline(iteration)
         if self.stale is not None:
             return self.collect_stale(iteration)
+        if self.replay is not None:
+            return CollectedBatch(**self.replay.collect(self, iteration))
         if not t.dynamic_sampling:
             return self.collect_round(iteration, 0)
         num_processes = self.accelerator.num_processes

@@ -231,6 +231,8 @@ class Trainer:
             "num_processes": self.accelerator.num_processes,
             # train.max_staleness: the older weights later iterations still sample from.
             "stale_versions": self.collector.stale.state_dict() if self.collector.stale else {},
+            # replay.*: the store of earlier completions (genrl/loop/replay.py).
+            "replay": self.collector.replay.state_dict() if self.collector.replay else {},
         }
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
@@ -310,6 +312,8 @@ class Trainer:
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
         if self.collector.stale is not None:
             self.collector.stale.load_state_dict(state.get("stale_versions", {}), self.iteration)
+        if self.collector.replay is not None:
+            self.collector.replay.load_state_dict(state.get("replay", {}))
         ckpt.restore_rng(state)
 
     def _claim_run_dir(self) -> None:

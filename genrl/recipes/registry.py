@@ -18,6 +18,7 @@ from genrl.recipes.masked_images import MASKED_IMAGE_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
+from genrl.recipes.replay import REPLAY_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.video_digits import VIDEO_RECIPES
 from genrl.recipes.video_models import VIDEO_MODEL_RECIPES
@@ -36,6 +37,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **VIDEO_MODEL_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
+    **REPLAY_RECIPES,
     **DLLM_RECIPES,
     **MASKED_IMAGE_RECIPES,
     **QWEN_VL_RECIPES,
