@@ -261,3 +261,26 @@ def test_config_errors(recipe: str, overrides: tuple[str, ...], message: str) ->
 def test_replay_keeps_one_process() -> None:
     with pytest.raises(ConfigError, match="one process"):
         _config("llm_countdown_grpo_reuse").validate(num_processes=2)
+
+
+def test_current_entropy_is_the_policys_mean_token_entropy(tmp_path: Path) -> None:
+    trainer = Trainer(_config("llm_countdown_exgrpo"), run_dir=tmp_path / "run")
+    replay, policy = trainer.collector.replay, trainer.policy
+    assert replay is not None
+    prompt = trainer.collector.draw(0, 0).prompts[0]
+    ids = policy.tokenizer(["3+4", "4+3*2-1"], add_special_tokens=False)["input_ids"]
+    stored = [_completion(i, [-1.0] * len(i)) for i in ids]  # recorded entropy 1 for both
+    replay.store.completions[prompt_id(prompt)] = stored
+    with torch.no_grad():
+        got = replay.entropies(policy, prompt_id(prompt), prompt)
+        assert got is not None
+        for completion, value in zip(stored, got, strict=True):
+            prompt_ids, prompt_mask = policy.encode_prompts([prompt])
+            tokens = completion.tokens[None].to(policy.device)
+            inputs = torch.cat([prompt_ids, tokens], 1)
+            mask = torch.cat([prompt_mask, torch.ones_like(tokens)], 1)
+            _, entropy = policy.token_log_probs_and_entropies(inputs, mask, tokens, 1.0)
+            assert value == pytest.approx(float(entropy.mean()), rel=1e-5)
+    gen = torch.Generator().manual_seed(0)
+    lowest = min(range(2), key=lambda i: got[i])
+    assert replay.store.choose(prompt_id(prompt), got, gen) is stored[lowest]
