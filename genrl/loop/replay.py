@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from genrl.config.errors import ConfigError
 from genrl.data.batches import TokenRollout
 from genrl.data.rng import Streams, stream_generator
 from genrl.distributed.processes import gather
@@ -121,8 +122,6 @@ class ReplayRound:
         r = self.config.replay
         name = r.success_score or reward_name
         if name not in scores:
-            from genrl.config.errors import ConfigError
-
             raise ConfigError(
                 f"replay.success_score={name!r} is not a reward score; scores are: "
                 f"{', '.join(scores)}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from genrl.config.errors import ConfigError
+from genrl.rollouts.configs import GenerationConfig
 
 BUCKET_WEIGHTINGS = ("normal", "linear", "sqrt", "linear_clip")
 
@@ -100,10 +101,12 @@ class ReplayConfig:
                 f"replay.min_correct ({self.min_correct}) and max_correct ({upper}) must satisfy "
                 "1 <= min_correct <= max_correct"
             )
-        if train_config.algorithm.name not in ("grpo", "exgrpo"):
+        if not isinstance(train_config.generation, GenerationConfig):
+            # The store rebuilds completions as the autoregressive rollout records them, and
+            # that rollout is the one whose section is GenerationConfig.
             raise ConfigError(
-                f"replay.*: the replay store holds token completions; algorithm.name="
-                f"{train_config.algorithm.name} is not a causal-LM algorithm (grpo, exgrpo)"
+                f"replay.*: the replay store holds causal-LM completions; algorithm.name="
+                f"{train_config.algorithm.name} does not sample them (grpo and exgrpo do)"
             )
         t = train_config.train
         for key, clash in {
