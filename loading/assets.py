@@ -40,6 +40,24 @@ def save_model(model: nn.Module, path: str | os.PathLike) -> None:
     save_file(tensors, str(path), metadata={"config": json.dumps(model.config, sort_keys=True)})
 
 
+def build_command(embedded: str) -> str:
+    """The command that rebuilds the embedded asset ``embedded``: the ``command`` of the
+    nearest ``manifest.json`` above it (each asset folder names its own build script)."""
+    folder = embedded_asset_path(embedded).parent
+    root = embedded_asset_path("manifest.json").parent
+    while True:
+        manifest = folder / "manifest.json"
+        try:
+            command = json.loads(manifest.read_text(encoding="utf-8")).get("command")
+            if isinstance(command, str):
+                return command
+        except (OSError, ValueError):
+            pass
+        if folder == root or folder.parent == folder:
+            return "python scripts/build_assets.py"
+        folder = folder.parent
+
+
 def resolve_weights(path: str | os.PathLike | None, embedded: str) -> Path:
     """The weight file at ``path``, or the embedded asset ``embedded`` when ``path`` is None;
     ``FileNotFoundError`` (saying how to rebuild the embedded ones) when it is missing."""
@@ -47,7 +65,8 @@ def resolve_weights(path: str | os.PathLike | None, embedded: str) -> Path:
         resolved = embedded_asset_path(embedded)
         if not resolved.is_file():
             raise FileNotFoundError(
-                f"embedded model weights not found at {resolved}; regenerate the embedded assets with `python scripts/build_assets.py`"
+                f"embedded model weights not found at {resolved}; regenerate them with "
+                f"`{build_command(embedded)}`"
             )
         return resolved
     resolved = Path(path)

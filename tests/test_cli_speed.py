@@ -103,7 +103,7 @@ def test_list_prints_whole_descriptions_and_needs(capsys: pytest.CaptureFixture[
     [
         (
             ["train", "--set", "nope=1"],
-            "genrl: error: unknown config key 'nope'. Valid keys here: algorithm, eval,",
+            "genrl: error: unknown config key 'nope'. Valid keys here: algorithm, allocation, eval,",
         ),
         (
             ["train", "--set", "train.overlap_rewards=yes"],

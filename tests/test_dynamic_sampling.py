@@ -9,9 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from genrl.allocation.dynamic_sampling import (
+    DynamicSamplingError,
+    collect_varied_groups,
+    varied_groups,
+)
 from genrl.config.errors import ConfigError
 from genrl.data.batches import Batch, MaskedSamples, TokenRollout
-from genrl.loop.allocation import DynamicSamplingError, collect_varied_groups, varied_groups
 from reward_models import REWARDS, RewardModel, RewardOutput
 from tests.test_causal_lm import lm_config, lm_dir  # noqa: F401  (fixture)
 

@@ -48,6 +48,7 @@ LAYERS: dict[str, set[str]] = {
         "samplers",
     },
     "genrl.algorithms": {"genrl.config", "genrl.policies", "genrl.rollouts", "genrl.objectives"},
+    "genrl.allocation": {"genrl.config", "genrl.data", "genrl.algorithms", "tasks"},
     "genrl.reporting": {
         "genrl.config",
         "genrl.data",
@@ -65,6 +66,7 @@ LAYERS: dict[str, set[str]] = {
         "genrl.objectives",
         "genrl.rollouts",
         "genrl.algorithms",
+        "genrl.allocation",
         "genrl.reporting",
         "loading",
         "pipelines",
@@ -79,6 +81,7 @@ LAYERS: dict[str, set[str]] = {
         "genrl.prompts",
         "genrl.objectives",
         "genrl.rollouts",
+        "genrl.allocation",
         "genrl.reporting",
         "genrl.run",
         "genrl.checkpoints",

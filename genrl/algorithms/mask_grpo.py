@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genrl.algorithms.base import Algorithm, AlgorithmConfig, register_algorithm
+from genrl.config.errors import ConfigError
 from genrl.objectives.token_configs import MaskedViewsConfig, TokenPolicyGradientConfig
 from genrl.rollouts.configs import UnmaskingConfig
 
@@ -43,6 +44,13 @@ class MaskGRPOConfig(MaskedViewsConfig, TokenPolicyGradientConfig, AlgorithmConf
     def validate(self, train_config: Any = None) -> None:
         self.validate_views(train_config)
         self.validate_objective(train_config)
+        if self.tis_cap is not None:
+            # Masked-diffusion log-probs are estimates on random views, not the sampler's own
+            # probabilities, and the unmasking rollouts record none: there is no ratio to cap.
+            raise ConfigError(
+                "algorithm.tis_cap needs the rollout engine's sampling log-probs, which the "
+                "masked-diffusion rollouts do not record; leave it unset for mask_grpo"
+            )
 
     @classmethod
     def d1(cls, **changes: Any) -> MaskGRPOConfig:

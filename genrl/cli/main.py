@@ -168,8 +168,8 @@ def _is_user_error(err: Exception) -> bool:
     # RuntimeErrors and keep their traceback.
     if isinstance(err, ConfigError | FileNotFoundError | ValueError):
         return True
+    from genrl.allocation.base import AllocationError
     from genrl.data.fileio import DiskFullError
-    from genrl.loop.allocation import DynamicSamplingError
     from genrl.loop.optimization import NonFiniteLossError
     from loading.extras import MissingExtraError
     from loading.hub import ModelNotCachedError
@@ -179,7 +179,7 @@ def _is_user_error(err: Exception) -> bool:
         err,
         RewardError
         | NonFiniteLossError
-        | DynamicSamplingError
+        | AllocationError
         | DiskFullError
         | MissingExtraError
         | ModelNotCachedError,

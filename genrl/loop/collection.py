@@ -4,25 +4,26 @@
 advantages, plus the gathered scores for logging. Everything random derives from named streams
 of ``(seed, iteration, round)``, so a resumed run draws what an uninterrupted one draws, and so
 does a run on N processes wherever the streams are global (``genrl/data/rng.py``). With ``train.dynamic_sampling`` it samples refill rounds
-until enough groups have varied rewards (``genrl/loop/allocation.py``).
+until enough groups have varied rewards (``genrl/allocation/dynamic_sampling.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from genrl.allocation.dynamic_sampling import collect_varied_groups
+from genrl.allocation.registry import build_allocation
 from genrl.config.errors import ConfigError
 from genrl.data.rng import RolloutNoise
 from genrl.distributed.processes import gather
-from genrl.loop.allocation import collect_varied_groups
+from genrl.loop.allocated import collect_allocated
 from genrl.loop.groups import expand_groups, gather_scores
 from genrl.loop.replay import ReplayRound
 from genrl.loop.reward_overlap import sample_and_score, score_in_chunks
+from genrl.loop.rounds import CollectedBatch, SampledRound, sampling_context
 from genrl.loop.staleness import StaleSampler, version_for
 from genrl.objectives.advantages import decoupled_group_rewards
 from genrl.objectives.base import Objective
@@ -31,60 +32,6 @@ from genrl.prompts.sources import reward_metadata
 from genrl.rollouts.base import Rollout
 from genrl.run.config import TrainConfig
 from tasks.prompt import prompt_id
-
-
-@dataclass
-class CollectedBatch:
-    """Output of phases 1-4 for one iteration.
-
-    Attributes:
-        rollout: this process's rollout, advantages filled.
-        noise: the iteration's random streams (also used for shuffling).
-        scores: every reward score of the gathered batch, name -> ``[N]``.
-        group_ids: ``[N]`` group ids of the gathered batch.
-        advantages: ``[N]`` advantages of the gathered batch.
-        timings: seconds spent per phase.
-        extra_metrics: further iteration metrics (dynamic sampling's rounds, reward updates).
-
-    With dynamic sampling, ``scores`` and ``group_ids`` cover every sample of every round and
-    ``advantages`` the training batch.
-    """
-
-    rollout: Any
-    noise: RolloutNoise
-    scores: dict[str, torch.Tensor]
-    group_ids: torch.Tensor
-    advantages: torch.Tensor
-    timings: dict[str, float]
-    extra_metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class SampledRound:
-    """Phases 1-2 of a round (and 3's local scores with ``train.overlap_rewards``).
-
-    Attributes:
-        round_index: 0, or a dynamic-sampling refill round.
-        prompts: the global prompt list, each repeated ``group_size`` times.
-        group_ids: ``[N]`` global group ids (numbered within the round).
-        noise: the round's random streams.
-        rollout: this process's samples (None until sampled).
-        rollout_s: seconds from drawing the prompts to the end of sampling.
-        scored: ``(outputs, metadata, local scores)`` when the rewards overlapped sampling.
-        reward_wait_s: then, the seconds from the end of sampling to the last scores.
-    """
-
-    round_index: int
-    prompts: list[str]
-    group_ids: torch.Tensor
-    noise: RolloutNoise
-    rollout: Any = None
-    rollout_s: float = 0.0
-    scored: tuple[Any, Any, dict[str, torch.Tensor]] | None = None
-    reward_wait_s: float = 0.0
-
-    def local_prompts(self, local: slice) -> list[str]:
-        return self.prompts[local]
 
 
 class BatchCollector:
@@ -134,6 +81,16 @@ class BatchCollector:
                 lambda copy, iteration: self.sample_round(copy, iteration, 0),
                 rollout.sync_weights,
             )
+        # allocation.name other than uniform: a policy decides the prompts, sample counts and
+        # groups (genrl/allocation/, genrl/loop/allocated.py).
+        self.allocation = build_allocation(
+            config.allocation,
+            config.train.prompts_per_iteration,
+            config.train.group_size,
+            reward.name,
+            config.seed,
+            prompts.train,
+        )
         self.offline = None
         if config.train.offline_store:
             from genrl.loop.offline import OfflineSource
@@ -157,7 +114,9 @@ class BatchCollector:
         if self.stale is not None:
             return self.collect_stale(iteration)
         if self.replay is not None:
-            return CollectedBatch(**self.replay.collect(self, iteration))
+            return self.replay.collect(self, iteration)
+        if self.allocation is not None:
+            return collect_allocated(self, iteration)
         if not t.dynamic_sampling:
             return self.collect_round(iteration, 0)
         num_processes = self.accelerator.num_processes
@@ -245,7 +204,7 @@ class BatchCollector:
         t_start = time.perf_counter()
         drawn = self.draw(iteration, round_index)
         policy.module.eval()
-        with _sampling_context(self.accelerator):
+        with sampling_context(self.accelerator):
             drawn.rollout = self.rollout.collect(
                 policy, drawn.local_prompts(self.local), drawn.group_ids[self.local], drawn.noise
             )
@@ -266,7 +225,7 @@ class BatchCollector:
             drawn.group_ids[self.local],
             drawn.noise,
             self.reward,
-            lambda: _sampling_context(self.accelerator),
+            lambda: sampling_context(self.accelerator),
         )
         drawn.rollout = scored.batch
         drawn.scored = (scored.outputs, scored.metadata, scored.scores)
@@ -280,19 +239,7 @@ class BatchCollector:
         acc, rollout = self.accelerator, drawn.rollout
         per_round = self.config.train.prompts_per_iteration
         t_start = time.perf_counter()
-        local_prompts = drawn.local_prompts(self.local)
-        if drawn.scored is not None:
-            outputs, metadata, local_scores = drawn.scored
-        else:
-            outputs = self.rollout.outputs(self.policy, rollout)
-            metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
-            chunks = self.rollout.chunks(len(local_prompts))
-            local_scores = score_in_chunks(self.reward, outputs, local_prompts, metadata, chunks)
-        scores = gather_scores(local_scores, acc)
-        # Stateful rewards (an adversarial head) learn from the samples they just scored.
-        reward_metrics = self.reward.update(
-            outputs, local_prompts, metadata, lambda t: gather(t, acc)
-        )
+        scores, reward_metrics = self.reward_scores(drawn)
         t_reward = time.perf_counter()
 
         # 4. Advantages on the gathered batch; keep this process's slice.
@@ -315,6 +262,28 @@ class BatchCollector:
             extra_metrics={f"reward_update/{k}": v for k, v in reward_metrics.items()},
         )
 
+    def reward_scores(
+        self, drawn: SampledRound, local: slice | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict]:
+        """Phase 3 of a sampled round: every score, gathered so that every group is whole,
+        and a stateful reward's update metrics; ``local`` is this process's slice of the
+        round (default: the run's, for rounds of ``prompts_per_iteration`` groups)."""
+        acc, rollout = self.accelerator, drawn.rollout
+        local_prompts = drawn.local_prompts(self.local if local is None else local)
+        if drawn.scored is not None:
+            outputs, metadata, local_scores = drawn.scored
+        else:
+            outputs = self.rollout.outputs(self.policy, rollout)
+            metadata = reward_metadata(local_prompts, self.rollout.reward_metadata(rollout))
+            chunks = self.rollout.chunks(len(local_prompts))
+            local_scores = score_in_chunks(self.reward, outputs, local_prompts, metadata, chunks)
+        scores = gather_scores(local_scores, acc)
+        # Stateful rewards (an adversarial head) learn from the samples they just scored.
+        reward_metrics = self.reward.update(
+            outputs, local_prompts, metadata, lambda t: gather(t, acc)
+        )
+        return scores, reward_metrics
+
     def advantages(
         self,
         rollout: Any,
@@ -322,10 +291,13 @@ class BatchCollector:
         global_prompts: list[str],
         global_group_ids: torch.Tensor,
         inputs: dict[str, torch.Tensor] | None = None,
+        local: slice | None = None,
     ) -> torch.Tensor:
         """Phase 4: the training reward (weighted sum, or GDPO's normalise-then-sum) and the
-        objective's advantages of the gathered batch; this process's slice goes to ``rollout``
-        (with the samples the objective leaves out of training, if any)."""
+        objective's advantages of the gathered batch; this process's slice (``local``, default
+        the run's) goes to ``rollout`` (with the samples the objective leaves out of training,
+        if any)."""
+        local = self.local if local is None else local
         rewards = scores[self.reward.name]
         if self.config.reward_aggregation == "normalize_then_sum":
             weights = {model.name: weight for model, weight in self.reward.rewards}
@@ -334,10 +306,10 @@ class BatchCollector:
         # checkpoints hold it, and dataset rows may share a text.
         ids = [prompt_id(p) for p in global_prompts]
         advantages = self.objective.advantages(rewards, ids, global_group_ids, **(inputs or {}))
-        rollout.advantages = advantages[self.local].to(self.policy.device, torch.float32)
+        rollout.advantages = advantages[local].to(self.policy.device, torch.float32)
         excluded = self.objective.excluded_samples(rewards, global_group_ids)
         if excluded is not None:
-            rollout.excluded = excluded[self.local].to(self.policy.device)
+            rollout.excluded = excluded[local].to(self.policy.device)
         return advantages
 
     def read_offline(self, iteration: int) -> CollectedBatch:
@@ -371,12 +343,4 @@ class BatchCollector:
         )
 
 
-def _sampling_context(accelerator: Any) -> contextlib.ExitStack:
-    """What sampling runs under: no gradients, the accelerator's autocast."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.no_grad())
-    stack.enter_context(accelerator.autocast())
-    return stack
-
-
-__all__ = ["BatchCollector", "CollectedBatch"]
+__all__ = ["BatchCollector", "CollectedBatch", "SampledRound"]

@@ -29,7 +29,6 @@ One process only (``TrainConfig.validate``).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -42,6 +41,7 @@ from genrl.distributed.processes import gather
 from genrl.loop.groups import expand_groups
 from genrl.loop.replay_store import ReplayStore, StoredCompletion
 from genrl.loop.reward_overlap import score_in_chunks
+from genrl.loop.rounds import CollectedBatch, sampling_context
 from genrl.policies.protocols import EntropyTokenPolicy, require
 from genrl.prompts.sources import reward_metadata
 from tasks.prompt import prompt_id
@@ -147,9 +147,8 @@ class ReplayRound:
         means = (entropy * mask).sum(1) / mask.sum(1).clamp(min=1)
         return means.tolist()
 
-    def collect(self, collector: Any, iteration: int) -> dict[str, Any]:
-        """Phases 1-4 of ``iteration`` with replay: the fields of its ``CollectedBatch``
-        (``genrl/loop/collection.py``, which builds it)."""
+    def collect(self, collector: Any, iteration: int) -> CollectedBatch:
+        """Phases 1-4 of ``iteration`` with replay, for ``collector`` (a ``BatchCollector``)."""
         cfg, store, r = self.config, self.store, self.config.replay
         size, per = cfg.train.group_size, cfg.train.prompts_per_iteration
         policy, rollout, reward = collector.policy, collector.rollout, collector.reward
@@ -166,7 +165,7 @@ class ReplayRound:
         chosen: dict[int, StoredCompletion] = {}  # global row -> replayed completion
         first = per - len(keys)
         prompts = list(drawn.prompts[::size][:first])
-        with _no_grad_autocast(collector.accelerator):
+        with sampling_context(collector.accelerator):
             for j, key in enumerate(keys):
                 prompt = store.prompt(key)
                 prompts.append(prompt)
@@ -177,7 +176,7 @@ class ReplayRound:
         fresh_rows = [i for i in range(len(global_prompts)) if i not in chosen]
 
         # 2. Sample only the fresh members.
-        with _no_grad_autocast(collector.accelerator):
+        with sampling_context(collector.accelerator):
             fresh = rollout.collect(
                 policy, [global_prompts[i] for i in fresh_rows], group_ids[fresh_rows], drawn.noise
             )
@@ -261,15 +260,15 @@ class ReplayRound:
             "replay/generated": float(len(fresh_rows)),
             "replay/fresh_accuracy": float(fresh_correct.float().mean()),
         })  # fmt: skip
-        return {
-            "rollout": batch,
-            "noise": drawn.noise,
-            "scores": scores,
-            "group_ids": group_ids,
-            "advantages": advantages,
-            "timings": {"rollout_s": t_sampled - t_start, "reward_s": t_scored - t_sampled},
-            "extra_metrics": extra,
-        }
+        return CollectedBatch(
+            rollout=batch,
+            noise=drawn.noise,
+            scores=scores,
+            group_ids=group_ids,
+            advantages=advantages,
+            timings={"rollout_s": t_sampled - t_start, "reward_s": t_scored - t_sampled},
+            extra_metrics=extra,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return self.store.state_dict()
@@ -277,15 +276,6 @@ class ReplayRound:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
             self.store.load_state_dict(state)
-
-
-def _no_grad_autocast(accelerator: Any) -> contextlib.ExitStack:
-    """What sampling and the entropy forward run under: no gradients, the accelerator's
-    autocast (as the collector samples)."""
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.no_grad())
-    stack.enter_context(accelerator.autocast())
-    return stack
 
 
 __all__ = ["ReplayRound", "completion_of", "stored_rows"]

@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
+from genrl.allocation.base import AllocationError
 from genrl.checkpoints import checkpoint as ckpt
 from genrl.checkpoints import run_dir as rundir
 from genrl.checkpoints.resume_layout import layout_notice, restore_weights
 from genrl.distributed.deepspeed import refuse_checkpoint, zero3_gathered
 from genrl.distributed.launch import build_accelerator
 from genrl.distributed.sharding import gathered, is_sharded, save_shards
-from genrl.loop.allocation import DynamicSamplingError
 from genrl.loop.collection import BatchCollector, CollectedBatch
 from genrl.loop.groups import group_stats
 from genrl.loop.interrupt import StopRequest
@@ -220,6 +220,7 @@ class Trainer:
         return path
 
     def state(self) -> dict[str, Any]:
+        allocation = self.collector.allocation
         return {
             "optimizer_steps": self.optimizer_steps,
             "rollout": self.rollout.state_dict(),
@@ -233,6 +234,8 @@ class Trainer:
             "stale_versions": self.collector.stale.state_dict() if self.collector.stale else {},
             # replay.*: the store of earlier completions (genrl/loop/replay.py).
             "replay": self.collector.replay.state_dict() if self.collector.replay else {},
+            # allocation.name: the policy's buffer (Pilot-Commit) or profile (sGPO).
+            "allocation": allocation.state_dict() if allocation is not None else {},
         }
 
     def save_checkpoint(self, wall_seconds: float = 0.0) -> Path | None:
@@ -314,6 +317,8 @@ class Trainer:
             self.collector.stale.load_state_dict(state.get("stale_versions", {}), self.iteration)
         if self.collector.replay is not None:
             self.collector.replay.load_state_dict(state.get("replay", {}))
+        if self.collector.allocation is not None:
+            self.collector.allocation.load_state_dict(state.get("allocation", {}))
         ckpt.restore_rng(state)
 
     def _claim_run_dir(self) -> None:
@@ -404,10 +409,10 @@ class Trainer:
                     ce = cfg.logging.checkpoint_every
                     if ce and self.iteration % ce == 0 and self.iteration < end:
                         self.save_checkpoint(time.perf_counter() - started)
-        except DynamicSamplingError as err:
+        except AllocationError as err:
             # Keep the finished iterations: the run resumes with a higher cap.
             self.save_checkpoint(time.perf_counter() - started)
-            raise DynamicSamplingError(
+            raise type(err)(
                 f"{err} Finished iterations are saved; resume with --resume {self.run_dir}"
             ) from None
         finally:

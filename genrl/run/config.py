@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from genrl.algorithms import ALGORITHMS
 from genrl.algorithms.base import AlgorithmConfig
+from genrl.allocation.configs import AllocationConfig, validate_allocation
 from genrl.config.errors import ConfigError, unknown_message
 from genrl.config.overrides import apply_override, parse_assignment, to_dict
 from genrl.config.typed import check_finite
@@ -227,6 +228,9 @@ class TrainConfig:
     per-reward group z-scores summed with the weights and normalised over the batch (pair it
     with ``algorithm.std_mode=none`` or ``global`` to keep GDPO's scale per group)."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)
+    """``allocation.*``: how an iteration spends its rollout budget over prompts
+    (``genrl/allocation/``; default ``uniform``, ``train.group_size`` samples per prompt)."""
     prompts: PromptConfig = field(default_factory=PromptConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -339,6 +343,7 @@ class TrainConfig:
             raise ConfigError(
                 f"replay.* keeps its store on one process; this run has {num_processes}"
             )
+        validate_allocation(self, num_processes)
         if t.dynamic_sampling and t.prompts_per_iteration % num_processes:
             raise ConfigError(
                 f"train.dynamic_sampling keeps whole groups on each process: "

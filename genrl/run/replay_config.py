@@ -114,6 +114,7 @@ class ReplayConfig:
             "train.offline_store": bool(t.offline_store),
             "train.max_staleness": bool(t.max_staleness),
             "train.overlap_rewards": t.overlap_rewards,
+            "allocation.name": train_config.allocation.name != "uniform",
         }.items():
             if clash:
                 raise ConfigError(

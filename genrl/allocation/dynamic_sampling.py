@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
+from genrl.allocation.base import AllocationError
 from genrl.config.errors import ConfigError
 from genrl.data.batches import Batch
 
 
-class DynamicSamplingError(RuntimeError):
+class DynamicSamplingError(AllocationError):
     """Too few groups with differing rewards within the round cap."""
 
 
