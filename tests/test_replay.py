@@ -252,6 +252,7 @@ def test_resume_with_a_replay_store_is_exact(tmp_path: Path) -> None:
         ("llm_countdown_grpo_reuse", ("replay.min_correct=0",), "replay.min_correct"),
         ("llm_countdown_exgrpo", ("algorithm.tis_cap=2",), "algorithm.tis_cap"),
         ("dllm_sudoku_maskgrpo", ("replay.reuse_correct=true",), "causal-LM completions"),
+        ("llm_countdown_grpo_reuse", ("allocation.name=pilot_commit",), "allocation.name"),
     ],
 )
 def test_config_errors(recipe: str, overrides: tuple[str, ...], message: str) -> None:
