@@ -355,7 +355,10 @@ class TokenRollout(Batch):
             ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
         sampler_log_probs: ``[N, T]`` float32 log-probs of the completion tokens as the rollout
             engine sampled them (0 outside the mask), beside training's recomputation for the
-            mismatch metrics and truncated importance sampling; None where not recorded.
+            mismatch metrics and truncated importance sampling; None where not recorded. A
+            replayed sample's are those of the earlier policy that sampled it.
+        replayed: ``[N]`` bool, True for samples the replay store put into the batch (sampled
+            in an earlier iteration, ``genrl/loop/replay.py``); None: every sample is fresh.
     """
 
     prompts: list[str]
@@ -371,6 +374,7 @@ class TokenRollout(Batch):
     excluded: torch.Tensor | None = None
     model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     sampler_log_probs: torch.Tensor | None = None
+    replayed: torch.Tensor | None = None
 
     @property
     def completion_start(self) -> int:

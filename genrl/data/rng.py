@@ -67,6 +67,8 @@ class Streams:
     """The batches that fill an offline store (apart from training's)."""
     OFFLINE_ORDER = "offline_order"
     """Pass ``e``'s order of an offline store's groups: ``(OFFLINE_ORDER, e)``."""
+    REPLAY = "replay"
+    """The replay store's draws (ExGRPO's buckets and questions, random trajectory choices)."""
 
 
 class RolloutNoise:

@@ -21,6 +21,7 @@ from genrl.data.rng import RolloutNoise
 from genrl.distributed.processes import gather
 from genrl.loop.allocated import collect_allocated
 from genrl.loop.groups import expand_groups, gather_scores
+from genrl.loop.replay import ReplayRound
 from genrl.loop.reward_overlap import sample_and_score, score_in_chunks
 from genrl.loop.rounds import CollectedBatch, SampledRound, sampling_context
 from genrl.loop.staleness import StaleSampler, version_for
@@ -95,6 +96,8 @@ class BatchCollector:
             from genrl.loop.offline import OfflineSource
 
             self.offline = OfflineSource(config, accelerator)
+        # replay.*: earlier completions mixed into the groups (genrl/loop/replay.py).
+        self.replay = ReplayRound(config) if config.replay.enabled else None
 
     def fill_offline_store(self) -> int:
         """Sample and score the groups the offline store still lacks (none without a store)."""
@@ -110,6 +113,8 @@ class BatchCollector:
             return self.read_offline(iteration)
         if self.stale is not None:
             return self.collect_stale(iteration)
+        if self.replay is not None:
+            return self.replay.collect(self, iteration)
         if self.allocation is not None:
             return collect_allocated(self, iteration)
         if not t.dynamic_sampling:

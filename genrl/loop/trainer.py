@@ -232,6 +232,8 @@ class Trainer:
             "num_processes": self.accelerator.num_processes,
             # train.max_staleness: the older weights later iterations still sample from.
             "stale_versions": self.collector.stale.state_dict() if self.collector.stale else {},
+            # replay.*: the store of earlier completions (genrl/loop/replay.py).
+            "replay": self.collector.replay.state_dict() if self.collector.replay else {},
             # allocation.name: the policy's buffer (Pilot-Commit) or profile (sGPO).
             "allocation": allocation.state_dict() if allocation is not None else {},
         }
@@ -313,6 +315,8 @@ class Trainer:
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
         if self.collector.stale is not None:
             self.collector.stale.load_state_dict(state.get("stale_versions", {}), self.iteration)
+        if self.collector.replay is not None:
+            self.collector.replay.load_state_dict(state.get("replay", {}))
         if self.collector.allocation is not None:
             self.collector.allocation.load_state_dict(state.get("allocation", {}))
         ckpt.restore_rng(state)

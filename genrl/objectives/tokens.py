@@ -186,9 +186,13 @@ class TokenObjective(Objective[TP, TB, TU]):
         sampled = getattr(mb, "sampler_log_probs", None)
         if sampled is not None:
             trainer = mb.old_log_probs if mb.old_log_probs.shape[-1] else log_probs.detach()
-            weights, mismatch = sampler_mismatch(
-                trainer, sampled, self.counted(mb), self.config.tis_cap
-            )
+            counted = self.counted(mb)
+            replayed = getattr(mb, "replayed", None)
+            if replayed is not None:  # an earlier policy sampled them: not a kernel mismatch
+                counted = counted & ~replayed[:, None]
+            weights, mismatch = sampler_mismatch(trainer, sampled, counted, self.config.tis_cap)
+            if weights is not None and replayed is not None:
+                weights = torch.where(replayed[:, None], torch.ones_like(weights), weights)
             extra.update(mismatch)
         return token_policy_loss(
             self.surrogate,

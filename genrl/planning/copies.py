@@ -28,6 +28,7 @@ MODEL_COPIES: dict[str, Callable[[Any], tuple[bool, bool]]] = {
     "flow_grpo": lambda a: (_kl(a) or float(a.kl_reward) > 0, False),
     "branch_grpo": lambda a: (_kl(a), False),
     "grpo": lambda a: (_kl(a), False),
+    "exgrpo": lambda a: (_kl(a), False),
     "mask_grpo": lambda a: (_kl(a), False),
     # RAM's regression target and GDRO's implicit reward are built on the reference's output.
     "ram": lambda a: (True, True),

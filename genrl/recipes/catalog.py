@@ -130,6 +130,11 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
         "baseline.")),
     ("qwen3_countdown_grpo", _hub("text", "qwen3_countdown_grpo",
         "Qwen3-0.6B with LoRA on Countdown through its chat template, TRL's GRPO defaults.")),
+    ("llm_countdown_exgrpo", _embedded("replay", "llm_countdown_exgrpo",
+        "ExGRPO on the embedded Countdown LM: half the prompts replay stored correct "
+        "completions, with the mixed-policy loss.")),
+    ("llm_countdown_grpo_reuse", _embedded("replay", "llm_countdown_grpo_reuse",
+        "GRPO on the embedded Countdown LM with AR3PO's reuse of earlier correct completions.")),
     ("dllm_sudoku_maskgrpo", _embedded("dllm", "dllm_sudoku_maskgrpo",
         "MaskGRPO on the embedded 288k-parameter 4x4 Sudoku masked-diffusion LM.")),
     ("dllm_sudoku_d1", _embedded("dllm", "dllm_sudoku_d1",

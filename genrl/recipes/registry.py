@@ -19,6 +19,7 @@ from genrl.recipes.multi_reward import MULTI_REWARD_RECIPES
 from genrl.recipes.objectives import OBJECTIVE_RECIPES
 from genrl.recipes.qwen_vl import QWEN_VL_RECIPES
 from genrl.recipes.qwenimage import QWENIMAGE_RECIPES
+from genrl.recipes.replay import REPLAY_RECIPES
 from genrl.recipes.text import TEXT_RECIPES
 from genrl.recipes.video_digits import VIDEO_RECIPES
 from genrl.recipes.video_models import VIDEO_MODEL_RECIPES
@@ -37,6 +38,7 @@ RECIPES: dict[str, Callable[[], TrainConfig]] = {
     **VIDEO_MODEL_RECIPES,
     **OBJECTIVE_RECIPES,
     **TEXT_RECIPES,
+    **REPLAY_RECIPES,
     **DLLM_RECIPES,
     **MASKED_IMAGE_RECIPES,
     **QWEN_VL_RECIPES,

@@ -24,6 +24,7 @@ from genrl.rollouts.configs import SDESamplingConfig as SDESamplingConfig
 from genrl.rollouts.configs import StochasticSamplingConfig as StochasticSamplingConfig
 from genrl.rollouts.configs import TokenGenerationConfig
 from genrl.rollouts.configs import UnmaskingConfig as UnmaskingConfig
+from genrl.run.replay_config import ReplayConfig
 
 # Config sections that belong to the run's rollout; ``Algorithm.sections`` names their classes.
 ROLLOUT_SECTIONS = ("sampler", "generation")
@@ -235,6 +236,9 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """``replay.*``: earlier completions mixed into the groups (ExGRPO, AR3PO's reuse;
+    ``genrl/loop/replay.py``); off by default."""
 
     def __post_init__(self) -> None:
         self.fit_sections()
@@ -334,6 +338,11 @@ class TrainConfig:
                     f"has {num_processes} (a collective in the sampling thread would interleave "
                     "with the update's)"
                 )
+        self.replay.validate(self)
+        if self.replay.enabled and num_processes > 1:
+            raise ConfigError(
+                f"replay.* keeps its store on one process; this run has {num_processes}"
+            )
         validate_allocation(self, num_processes)
         if t.dynamic_sampling and t.prompts_per_iteration % num_processes:
             raise ConfigError(
