@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from genrl import get_recipe
+from genrl.allocation.adaptive_rollouts import AdaptiveRollouts
 from genrl.allocation.base import ScoredRound
-from genrl.allocation.configs import PilotCommitConfig, SortedGroupsConfig
+from genrl.allocation.configs import AdaptiveRolloutsConfig, PilotCommitConfig, SortedGroupsConfig
 from genrl.allocation.pilot_commit import Pilot, PilotCommit, max_variance_subset, pass_pilot
 from genrl.allocation.sorted_groups import SortedGroups, group_size_for, schedule
 from genrl.config.errors import ConfigError
@@ -204,6 +205,26 @@ def test_sgpo_profiles_once_then_fills_the_uniform_budget() -> None:
     assert second.generated == 7 and second.metrics["profile_samples"] == 0
 
 
+def test_adaptive_rollouts_add_stages_until_a_prompt_has_a_correct_sample() -> None:
+    config = AdaptiveRolloutsConfig(stage_samples=2, max_stages=3)
+    policy = AdaptiveRollouts(config, 3, 4, "acc", 0, PROMPTS)
+    sampler = FakeSampler()
+    # p0 (never solved), p1 (sample j solved when j % 8 < 1), p2 (j % 8 < 2)
+    allocation = policy.allocate(0, _draw, sampler)
+    # stage 0: 2 each; p1 and p2 have their sample 0 correct, p0 goes on alone to 3 stages
+    assert [c[:2] for c in sampler.calls] == [
+        (["p0", "p1", "p2"], [2, 2, 2]),
+        (["p0"], [2]),
+        (["p0"], [2]),
+    ]
+    assert allocation.prompts == ["p0"] * 6 + ["p1"] * 2 + ["p2"] * 2
+    assert allocation.group_ids.tolist() == [0] * 6 + [1] * 2 + [2] * 2
+    assert allocation.scores["acc"].tolist() == [0] * 6 + [1, 0] + [1, 1]
+    assert allocation.generated == 10
+    assert allocation.metrics["unsolved_fraction"] == 1 / 3
+    assert allocation.metrics["stages"] == 3
+
+
 # -- on the embedded Countdown LM ------------------------------------------------------------
 
 SMALL = (
@@ -228,6 +249,7 @@ def _config(*overrides: str) -> Any:
     [
         ("allocation.name=pilot_commit", "allocation.pilot_commit.pilot_prompts_factor=1"),
         ("allocation.name=sorted_groups", "allocation.sorted_groups.profile_prompts=16"),
+        ("allocation.name=adaptive_rollouts", "allocation.adaptive_rollouts.max_stages=2"),
     ],
 )
 def test_two_iterations_train_the_countdown_lm(tmp_path: Path, overrides: tuple[str, ...]) -> None:

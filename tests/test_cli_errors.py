@@ -298,7 +298,8 @@ def test_an_unknown_command_gets_argparse_message_and_a_hint(
     last = capsys.readouterr().err.splitlines()[-1]
     assert last == (
         f"genrl: error: argument command: invalid choice: {command!r} (choose from 'train', "
-        "'eval', 'sample', 'export', 'plan', 'serve-reward', 'train-reward', 'list'); " + hint
+        "'eval', 'sample', 'export', 'plan', 'serve-reward', 'serve-rollout', 'train-reward', 'list'); "
+        + hint
     )
 
 

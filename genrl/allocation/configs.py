@@ -118,6 +118,25 @@ class SortedGroupsConfig:
 
 
 @dataclass
+class AdaptiveRolloutsConfig:
+    """AR3PO's adaptive rollout (Zhang et al. 2025, arXiv 2509.25808), from its abstract: stages
+    of samples until each prompt has a correct one; both numbers are genrl's choices."""
+
+    stage_samples: int = 4
+    """Samples per prompt per stage."""
+    max_stages: int = 4
+    """Stages at most; a prompt gets at most ``stage_samples * max_stages`` samples."""
+
+    def validate(self, group_size: int) -> None:
+        del group_size
+        if self.stage_samples < 2 or self.max_stages < 1:
+            raise ConfigError(
+                "allocation.adaptive_rollouts: stage_samples must be >= 2 (a group needs a "
+                f"baseline) and max_stages >= 1, got {self.stage_samples}, {self.max_stages}"
+            )
+
+
+@dataclass
 class AllocationConfig:
     name: str = "uniform"
     """How an iteration spends its rollout budget: ``uniform`` (every prompt
@@ -130,6 +149,8 @@ class AllocationConfig:
     """``allocation.pilot_commit.*``: read when ``name=pilot_commit``."""
     sorted_groups: SortedGroupsConfig = field(default_factory=SortedGroupsConfig)
     """``allocation.sorted_groups.*``: read when ``name=sorted_groups``."""
+    adaptive_rollouts: AdaptiveRolloutsConfig = field(default_factory=AdaptiveRolloutsConfig)
+    """``allocation.adaptive_rollouts.*``: read when ``name=adaptive_rollouts``."""
 
     def validate(self, group_size: int) -> None:
         from genrl.allocation.registry import ALLOCATIONS
@@ -175,4 +196,10 @@ def validate_allocation(config: Any, num_processes: int) -> None:
         )
 
 
-__all__ = ["AllocationConfig", "PilotCommitConfig", "SortedGroupsConfig", "validate_allocation"]
+__all__ = [
+    "AdaptiveRolloutsConfig",
+    "AllocationConfig",
+    "PilotCommitConfig",
+    "SortedGroupsConfig",
+    "validate_allocation",
+]

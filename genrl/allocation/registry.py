@@ -12,6 +12,7 @@ ALLOCATIONS: dict[str, str | None] = {
     "uniform": None,
     "pilot_commit": "genrl.allocation.pilot_commit:PilotCommit",
     "sorted_groups": "genrl.allocation.sorted_groups:SortedGroups",
+    "adaptive_rollouts": "genrl.allocation.adaptive_rollouts:AdaptiveRollouts",
 }
 """Name -> ``"module:Class"`` of its ``AllocationPolicy`` (None: the collector's own rule)."""
 
