@@ -28,7 +28,7 @@ class AdaptiveRollouts(AllocationPolicy):
     def allocate(self, iteration: int, draw: PromptDraw, sample: RoundSampler) -> Allocation:
         cfg = self.config
         prompts = draw(self.groups, 0)
-        members: list[list[tuple[Any, int]]] = [[] for _ in prompts]  # (round, position)
+        members: list[list[tuple[int, int]]] = [[] for _ in prompts]  # (stage, position)
         rounds: list[Any] = []
         waiting = list(range(len(prompts)))
         for stage in range(cfg.max_stages):
@@ -51,12 +51,12 @@ class AdaptiveRollouts(AllocationPolicy):
         offsets = [0]
         for scored in rounds:
             offsets.append(offsets[-1] + len(scored.group_ids))
-        order = [offsets[stage] + position for where in members for stage, position in where]
+        order = [offsets[stage] + position for group in members for stage, position in group]
         index = torch.tensor(order)
         joined = type(rounds[0].rollout).concatenate([r.rollout for r in rounds])
         rollout = joined.select(index)
         merged = {k: torch.cat([r.scores[k] for r in rounds])[index] for k in rounds[0].scores}
-        sizes = [len(where) for where in members]
+        sizes = [len(group) for group in members]
         prompt_list = [p for p, size in zip(prompts, sizes, strict=True) for _ in range(size)]
         group_ids = torch.arange(len(prompts)).repeat_interleave(torch.tensor(sizes))
         return Allocation(
