@@ -52,10 +52,10 @@ class AdaptiveRollouts(AllocationPolicy):
         for scored in rounds:
             offsets.append(offsets[-1] + len(scored.group_ids))
         order = [offsets[stage] + position for group in members for stage, position in group]
-        index = torch.tensor(order)
+        positions = torch.tensor(order)
         joined = type(rounds[0].rollout).concatenate([r.rollout for r in rounds])
-        rollout = joined.select(index)
-        merged = {k: torch.cat([r.scores[k] for r in rounds])[index] for k in rounds[0].scores}
+        rollout = joined.select(positions)
+        merged = {k: torch.cat([r.scores[k] for r in rounds])[positions] for k in rounds[0].scores}
         sizes = [len(group) for group in members]
         prompt_list = [p for p, size in zip(prompts, sizes, strict=True) for _ in range(size)]
         group_ids = torch.arange(len(prompts)).repeat_interleave(torch.tensor(sizes))
