@@ -9,6 +9,7 @@ LM.
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,8 @@ def test_two_iterations_train_the_countdown_lm(tmp_path: Path, overrides: tuple[
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "train_units" in r]
     assert len(rows) == 2 and all(r["allocation/samples_generated"] > 0 for r in rows)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["samples_generated"] == sum(r["allocation/samples_generated"] for r in rows)
 
 
 @pytest.mark.slow

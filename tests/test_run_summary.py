@@ -112,6 +112,7 @@ def test_countdown_run_prints_its_accuracy_and_ten_rows(
     assert len(table) == 15 and table[0].startswith("10 of 200 prompts")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["headline_scores"] == ["countdown/accuracy"]
+    assert summary["samples_generated"] == summary["samples_seen"] == 4  # uniform: 2 x 2
     accuracy = summary["heldout_scores_after"]["countdown/accuracy"]
     # The shipped model's greedy accuracy on the 200 held-out problems, as its manifest records.
     manifest = json.loads((EMBEDDED_COUNTDOWN_LM / "manifest.json").read_text())

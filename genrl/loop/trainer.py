@@ -101,6 +101,9 @@ class Trainer:
         self.iteration = 0
         self.eval_history: dict[str, Any] = {}
         self.wall_seconds_before = 0.0
+        # Every sample drawn so far (pilots, profiles and refills included; replayed ones not):
+        # the rollout budget the allocation and replay methods are compared at.
+        self.samples_generated = 0
         self.stop = StopRequest()
 
     # ------------------------------------------------------------------------------------------
@@ -172,6 +175,8 @@ class Trainer:
             metrics["time/weight_sync"] = sync_s
         metrics["time/iteration_s"] = time.perf_counter() - t_start
         metrics["time/samples_per_s"] = len(rewards) / max(batch.timings["rollout_s"], 1e-9)
+        drawn = metrics.get("allocation/samples_generated", metrics.get("replay/generated"))
+        self.samples_generated += int(len(rewards) if drawn is None else drawn)
         self.iteration += 1
         return metrics
 
@@ -228,6 +233,7 @@ class Trainer:
             "reward": self.reward.state_dict(),
             "eval_history": self.eval_history,
             "wall_seconds": self.wall_seconds_before,
+            "samples_generated": self.samples_generated,
             # A resume on another count says so (genrl/checkpoints/resume_layout.py).
             "num_processes": self.accelerator.num_processes,
             # train.max_staleness: the older weights later iterations still sample from.
@@ -312,6 +318,7 @@ class Trainer:
         self.objective.load_state_dict(state["objective"])
         self.reward.load_state_dict(state["reward"])
         self.eval_history = dict(state.get("eval_history", {}))
+        self.samples_generated = int(state.get("samples_generated", 0))
         self.wall_seconds_before = float(state.get("wall_seconds", 0.0))
         if self.collector.stale is not None:
             self.collector.stale.load_state_dict(state.get("stale_versions", {}), self.iteration)

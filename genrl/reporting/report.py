@@ -145,6 +145,9 @@ class RunReport:
             "num_processes": t.accelerator.num_processes,
             "optimizer_steps": t.optimizer_steps,
             "samples_seen": t.iteration * t.num_global,
+            # Every sample drawn (a policy's pilots and profiles, dynamic sampling's refills;
+            # not replayed ones): the rollout cost the allocation methods compare.
+            "samples_generated": t.samples_generated,
             "wall_seconds": wall_seconds,
         }
         with naming_full_disk(self.run_dir / "summary.json"):
