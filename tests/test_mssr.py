@@ -11,7 +11,11 @@ import pytest
 import torch
 
 from genrl.config.errors import ConfigError
-from genrl.objectives.advantages import BetaValueTracker, entropy_shaped_advantages, mssr_advantages
+from genrl.objectives.single_rollout import (
+    BetaValueTracker,
+    entropy_shaped_advantages,
+    mssr_advantages,
+)
 from genrl.policies.protocols import EntropyTokenPolicy
 from genrl.run.config import TrainConfig
 from reward_models import REWARDS

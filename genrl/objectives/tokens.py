@@ -14,7 +14,7 @@ count of DAPO's step-wide mean); ``TokenPolicyGradient`` scores a causal LM's co
 
 ``advantage=mssr`` replaces the group by MSSR's single-rollout advantages (Liu et al. 2025,
 arXiv 2512.18215): a per-prompt Beta baseline tracked across iterations, batch normalisation,
-and an entropy bonus per token (``genrl.objectives.advantages.BetaValueTracker``, ``mssr_advantages``,
+and an entropy bonus per token (``genrl.objectives.single_rollout.BetaValueTracker``, ``mssr_advantages``,
 ``entropy_shaped_advantages``).
 """
 
@@ -29,16 +29,18 @@ import torch
 from genrl.data.batches import Batch, TokenRollout
 from genrl.data.rng import RolloutNoise
 from genrl.objectives.advantages import (
-    BetaValueTracker,
     clip_advantages,
-    entropy_shaped_advantages,
     median_centered_advantages,
-    mssr_advantages,
     sequence_advantages,
 )
 from genrl.objectives.base import Objective, StepContext, updates_once
 from genrl.objectives.losses import Metrics, TokenClippedSurrogate, token_policy_loss
 from genrl.objectives.mismatch import sampler_mismatch
+from genrl.objectives.single_rollout import (
+    BetaValueTracker,
+    entropy_shaped_advantages,
+    mssr_advantages,
+)
 from genrl.objectives.token_configs import TokenPolicyGradientConfig
 from genrl.policies.protocols import CausalTokenPolicy, EntropyTokenPolicy, Policy, require
 
@@ -91,7 +93,7 @@ class TokenObjective(Objective[TP, TB, TU]):
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
         """``[N]`` group-relative advantages (``genrl.objectives.advantages.sequence_advantages``), or
-        MSSR's tracked-baseline ones (``genrl.objectives.advantages.mssr_advantages``; the per-token
+        MSSR's tracked-baseline ones (``genrl.objectives.single_rollout.mssr_advantages``; the per-token
         entropy bonus is added by ``units``)."""
         del inputs
         c = self.config
@@ -254,7 +256,7 @@ class TokenPolicyGradient(TokenObjective[CausalTokenPolicy, TokenRollout, TokenR
 
     def mssr_units(self, policy: CausalTokenPolicy, batch: TokenRollout) -> TokenRollout:
         """MSSR's units: the sequence advantages ``[N]`` become ``[N, T]``,
-        ``A + min(alpha H_t, |A| / kappa)`` (``genrl.objectives.advantages.entropy_shaped_advantages``).
+        ``A + min(alpha H_t, |A| / kappa)`` (``genrl.objectives.single_rollout.entropy_shaped_advantages``).
 
         ``H_t`` is the entropy of the policy that sampled the rollout, measured here, before
         any update, and fixed for the iteration's passes, as the released code takes it from
