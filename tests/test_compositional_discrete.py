@@ -124,9 +124,11 @@ def test_two_steps_of_the_recipe_train_the_u_vit(tmp_path: Path) -> None:
     config.apply_overrides(
         [
             "generation.diffusion_steps=2",
-            "train.prompts_per_iteration=2",
+            "train.prompts_per_iteration=4",
             "train.group_size=4",
-            "train.minibatch_size=8",
+            "train.minibatch_size=16",
+            # the fraction of requirements met: groups this small rarely differ all-or-nothing
+            'reward.0.kwargs={"partial_credit": true}',
             "train.iterations=2",
             f"output_dir={tmp_path / 'run'}",
             "logging.tensorboard=false",

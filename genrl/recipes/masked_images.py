@@ -115,6 +115,11 @@ def compositional_discrete_maskgrpo() -> TrainConfig:
     of 8, one token mean per minibatch (``bnpo``); 16 prompts x 8 images per iteration.
     Held-out evaluation: ``heldout_prompts()`` (25) x 8 samples of the emerge sampler at
     temperature 1, seeded by position, every 10 iterations.
+
+    Measured (seed 0, ``OMP_NUM_THREADS=2`` on a 2-core machine shared with three other jobs):
+    held-out 0.095 -> 0.200 (+0.105) after 60 iterations in 1,042 s (best 0.210 at iteration
+    30, under 10 minutes in); canvases fill up (objects 2.17 -> 3.53), as in
+    ``compositional_flow_grpo``.
     """
     return TrainConfig(
         recipe="compositional_discrete_maskgrpo",
