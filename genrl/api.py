@@ -56,6 +56,7 @@ BASE_RECIPES: dict[str, str] = {
     "toy_digits": "digits_flow_grpo",
     "toy_video_digits": "video_digits_flow_grpo",
     "toy_compositional": "compositional_flow_grpo",
+    "compositional_discrete": "compositional_discrete_maskgrpo",
 }
 FLOW_BASE = "sd35m_pickscore"
 """Base recipe of a diffusers checkpoint (Flow-GRPO's SD3.5 settings)."""

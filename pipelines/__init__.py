@@ -29,6 +29,7 @@ POLICIES: dict[str, Any] = {
     "sdxl": "pipelines.diffusers.sdxl:StableDiffusionXLPolicy",
     # Masked image-token generators (MaskGRPO on images).
     "amused": "pipelines.diffusers.amused:AmusedPolicy",
+    "compositional_discrete": "pipelines.diffusers.amused:compositional_discrete",  # embedded
     "ltx": "pipelines.diffusers.ltx:LTXPolicy",  # text-to-video
     "hunyuan_video15": "pipelines.diffusers.hunyuan_video15:HunyuanVideo15Policy",  # text-to-video
     # Token policies.

@@ -145,6 +145,9 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
     ("amused256_maskgrpo_hps", _hub("masked_images", "amused256_maskgrpo_hps",
         "MaskGRPO on aMUSEd-256 with LoRA against HPSv2.1: emerge-sampler rollouts, uniform "
         "re-masked views.")),
+    ("compositional_discrete_maskgrpo", _embedded("masked_images", "compositional_discrete_maskgrpo",
+        "MaskGRPO on the embedded 32x32 aMUSEd pipeline (VQ tokens + U-ViT) of the compositional "
+        "task.")),
     # Vision-language models.
     ("qwen25vl_3b_geo_grpo", _hub("qwen_vl", "qwen25vl_3b_geo_grpo",
         "Qwen2.5-VL-3B-Instruct on Geometry3K with EasyR1's GRPO recipe (2 processes).")),

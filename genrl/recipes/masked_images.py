@@ -1,4 +1,5 @@
-"""Recipes for masked image-token generators: MaskGRPO on aMUSEd (GPU, hub weights)."""
+"""Recipes for masked image-token generators: MaskGRPO on aMUSEd (GPU, hub weights) and on the
+compositional task's embedded aMUSEd pipeline (CPU)."""
 
 from __future__ import annotations
 
@@ -102,4 +103,57 @@ def amused256_maskgrpo_hps() -> TrainConfig:
     )
 
 
-MASKED_IMAGE_RECIPES = {"amused256_maskgrpo_hps": amused256_maskgrpo_hps}
+def compositional_discrete_maskgrpo() -> TrainConfig:
+    """MaskGRPO on the compositional task's embedded aMUSEd pipeline (``policy.name=
+    compositional_discrete``: a 32x32 VQ tokenizer with 64 codes, an 8x8 token grid, a tiny CLIP
+    text encoder and U-ViT; ``scripts/build_discrete_assets.py``), full fine-tuning of the U-ViT
+    against the ``compositional`` reward on the task's training prompts.
+
+    The image recipe above on a CPU budget: the emerge sampler (8 steps, temperature 1), guidance
+    2 (aMUSEd's rule), uniform views with re-mask probability ``t_j = 0.6 + 0.4 (j + 1) / 2``
+    (2 views per sample), clip 0.2, no KL, advantages ``(r - mean) / (std + 1e-5)`` per group
+    of 8, one token mean per minibatch (``bnpo``); 16 prompts x 8 images per iteration.
+    Held-out evaluation: ``heldout_prompts()`` (25) x 8 samples of the emerge sampler at
+    temperature 1, seeded by position, every 10 iterations.
+
+    Measured (seed 0, ``OMP_NUM_THREADS=2`` on a 2-core machine shared with three other jobs):
+    held-out 0.095 -> 0.200 (+0.105) after 60 iterations in 1,042 s (best 0.210 at iteration
+    30, under 10 minutes in); canvases fill up (objects 2.17 -> 3.53), as in
+    ``compositional_flow_grpo``.
+    """
+    return TrainConfig(
+        recipe="compositional_discrete_maskgrpo",
+        seed=0,
+        policy=PolicyConfig(name="compositional_discrete", kwargs={"guidance_scale": 2.0}),
+        generation=UnmaskingConfig(
+            sampler="emerge",
+            max_new_tokens=64,
+            diffusion_steps=8,
+            temperature=1.0,
+            eval_temperature=1.0,
+        ),
+        reward=[RewardSpec(name="compositional")],
+        algorithm=MaskGRPOConfig(
+            num_iterations=2,
+            mask_ratio_floor=0.6,
+            view_masking="uniform",
+            clip_range=0.2,
+            kl_beta=0.0,
+            aggregation="bnpo",
+            std_mode="group",
+            std_estimator="sample",
+            std_eps=1e-5,
+        ),
+        prompts=PromptConfig(dataset="compositional"),
+        train=TrainLoopConfig(
+            iterations=60, prompts_per_iteration=16, group_size=8, minibatch_size=64
+        ),
+        optim=OptimConfig(lr=3e-4, weight_decay=0.0, max_grad_norm=1.0),
+        eval=EvalConfig(every=10, samples_per_prompt=8, seed=1234),
+    )
+
+
+MASKED_IMAGE_RECIPES = {
+    "amused256_maskgrpo_hps": amused256_maskgrpo_hps,
+    "compositional_discrete_maskgrpo": compositional_discrete_maskgrpo,
+}

@@ -36,6 +36,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from loading.assets import embedded_asset_path
 from pipelines.base import TrainablePolicy, disable_dropout
 from pipelines.diffusers.checkpoint import load_pipeline
 from pipelines.diffusers.flow_hooks import pipeline_modules, place_frozen
@@ -320,4 +321,23 @@ class AmusedPolicy(TrainablePolicy):
         return directory
 
 
-__all__ = ["AmusedPolicy"]
+EMBEDDED_COMPOSITIONAL_DISCRETE = "compositional_discrete"
+"""The compositional task's aMUSEd pipeline (``scripts/build_discrete_assets.py``)."""
+
+
+def compositional_discrete(pretrained: str | None = None, **kwargs: Any) -> AmusedPolicy:
+    """The embedded 32x32 aMUSEd pipeline of the compositional task, or another checkpoint
+    given as ``pretrained``."""
+    path = pretrained or str(embedded_asset_path(EMBEDDED_COMPOSITIONAL_DISCRETE))
+    if pretrained is None and not Path(path, "model_index.json").is_file():
+        raise FileNotFoundError(
+            f"embedded aMUSEd pipeline not found at {path}; rebuild it with "
+            "`python scripts/build_discrete_assets.py`"
+        )
+    return AmusedPolicy(path, **kwargs)
+
+
+# It takes what AmusedPolicy takes (genrl checks a config's keywords against this signature).
+setattr(compositional_discrete, "__signature__", inspect.signature(AmusedPolicy))  # noqa: B010
+
+__all__ = ["AmusedPolicy", "compositional_discrete"]
