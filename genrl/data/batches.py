@@ -1,7 +1,9 @@
 """Typed rollout containers. Every tensor field has a leading batch dimension ``N``.
 
 ``Batch.select(index)`` slices every per-sample field at once, so minibatching and per-process
-slicing never forget a field.
+slicing never forget a field. The base and its helpers are ``batch_base.py``, the token
+policies' containers ``token_batches.py``; this module holds the flow containers and names
+them all, so that ``genrl.data.batches`` is the one place to import a batch type from.
 """
 
 from __future__ import annotations
@@ -9,124 +11,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import torch
 
+from genrl.data.batch_base import B, Batch, _only, _pad_to, _sequence_widths
+from genrl.data.token_batches import MaskedSamples, MaskedUnits, TokenRollout
 from samplers.tree import TreeRollout
-
-B = TypeVar("B", bound="Batch")
-
-
-@dataclass
-class Batch:
-    """Base class: fields that are tensors, lists or dicts of tensors are per-sample."""
-
-    def __len__(self) -> int:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                return value.shape[0]
-            if isinstance(value, list):
-                return len(value)
-        raise TypeError(f"{type(self).__name__} has no per-sample field")
-
-    def select(self: B, index: torch.Tensor | slice) -> B:
-        """A new batch holding the samples at ``index`` (a slice or a ``[M]`` long tensor)."""
-        values = {f.name: _select(getattr(self, f.name), index) for f in dataclasses.fields(self)}
-        return type(self)(**values)
-
-    def without_excluded(self: B) -> B:
-        """The batch without the samples its ``excluded`` field marks (itself when it has no
-        such field, or none is marked)."""
-        excluded = getattr(self, "excluded", None)
-        if excluded is None or not bool(excluded.any()):
-            return self
-        return self.select((~excluded).nonzero()[:, 0])
-
-    @classmethod
-    def concatenate(cls: type[B], batches: list[B]) -> B:
-        """One batch with the samples of ``batches`` in order (e.g. the rounds of dynamic
-        sampling). Per-sample tensors must agree beyond the batch dimension; subclasses whose
-        widths vary from batch to batch (padded token sequences) align them first."""
-        if not batches:
-            raise ValueError("nothing to concatenate")
-        return cls(
-            **{
-                f.name: _concatenate([getattr(b, f.name) for b in batches], f.name)
-                for f in dataclasses.fields(cls)
-            }
-        )
-
-
-def _select(value: object, index: torch.Tensor | slice) -> object:
-    if isinstance(value, torch.Tensor):
-        return value[index]
-    if isinstance(value, list):
-        if isinstance(index, slice):
-            return value[index]
-        return [value[i] for i in index.tolist()]
-    if isinstance(value, dict):
-        return {k: _select(v, index) for k, v in value.items()}
-    return value
-
-
-def _concatenate(values: list, name: str) -> object:
-    first = values[0]
-    if isinstance(first, torch.Tensor):
-        shapes = {tuple(v.shape[1:]) for v in values}
-        if len(shapes) > 1:
-            raise ValueError(f"cannot concatenate field {name!r}: per-sample shapes {shapes}")
-        return torch.cat(values)
-    if isinstance(first, list):
-        return [item for value in values for item in value]
-    if isinstance(first, dict):
-        return {k: _concatenate([v[k] for v in values], f"{name}.{k}") for k in first}
-    if any(v is not first for v in values[1:]):
-        raise ValueError(f"cannot concatenate field {name!r}: batches hold different objects")
-    return first
-
-
-def _pad_to(
-    inputs: dict[str, torch.Tensor], sizes: dict[str, list[int]]
-) -> dict[str, torch.Tensor]:
-    """Each ``[N, ...]`` tensor zero-padded at the end of every non-batch dimension to
-    ``sizes[name]``."""
-    padded = {}
-    for name, tensor in inputs.items():
-        for dim, size in enumerate(sizes[name], start=1):
-            tensor = _pad_columns(tensor, dim, 0, size - tensor.shape[dim])
-        padded[name] = tensor
-    return padded
-
-
-def _sequence_widths(conditions: list[dict[str, torch.Tensor]]) -> dict[str, list[int]]:
-    """``{key: [widest dim 1, *rest]}`` for condition tensors that differ only in dim 1."""
-    widths = {}
-    for key, first in conditions[0].items():
-        shapes = {tuple(c[key].shape[1:]) for c in conditions}
-        if first.ndim >= 2 and len(shapes) > 1 and len({s[1:] for s in shapes}) == 1:
-            widths[key] = [max(s[0] for s in shapes), *first.shape[2:]]
-    return widths
-
-
-def _only(
-    condition: dict[str, torch.Tensor], keys: dict[str, list[int]]
-) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in condition.items() if k in keys}
-
-
-def _pad_columns(
-    tensor: torch.Tensor, dim: int, before: int, after: int, value: float = 0
-) -> torch.Tensor:
-    """``tensor`` widened along ``dim`` by ``before`` leading and ``after`` trailing columns."""
-    if before == 0 and after == 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] += before + after
-    out = tensor.new_full(shape, value)
-    out.narrow(dim, before, tensor.shape[dim]).copy_(tensor)
-    return out
 
 
 class FlowBatch(Batch, abc.ABC):
@@ -330,171 +221,16 @@ class NoisedEndpoints(Batch):
         return self.conditions.rows(self.rows.reshape(-1))
 
 
-@dataclass
-class TokenRollout(Batch):
-    """Sampled completions of a token policy; also its training unit (one row per sequence).
-
-    Attributes:
-        prompts: ``N`` prompt strings.
-        completions: ``N`` decoded completions (special tokens dropped).
-        group_ids: ``[N]`` long group ids (unique per iteration across processes).
-        input_ids: ``[N, P + T]`` prompt (left-padded to ``P``) then completion (right-padded).
-        attention_mask: ``[N, P + T]`` 1 on real tokens.
-        completion_mask: ``[N, T]`` bool, the completion tokens that are trained (up to and
-            including the end token; truncated by stop strings).
-        old_log_probs: ``[N, T]`` float32 log-probs of the completion tokens under the policy
-            that sampled them, recomputed by a full forward (0 outside the mask); ``[N, 0]``
-            when the iteration is one optimizer step (training's forward is on-policy).
-        ref_log_probs: ``[N, T]`` under the reference policy, or ``[N, 0]`` when no KL is used.
-        finished: ``[N]`` bool, the completion ended with an end token (not cut at the limit).
-        advantages: ``[N]`` float32, filled after rewards; ``[N, T]`` per token in MSSR's
-            units (``advantage=mssr``, entropy-shaped).
-        excluded: ``[N]`` bool, samples left out of training although their rewards count
-            (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
-        model_inputs: the prompts' inputs besides token ids (a VLM's pixels), name ->
-            ``[N, ...]`` (``TokenPolicy.model_inputs``); empty for text.
-        sampler_log_probs: ``[N, T]`` float32 log-probs of the completion tokens as the rollout
-            engine sampled them (0 outside the mask), beside training's recomputation for the
-            mismatch metrics and truncated importance sampling; None where not recorded. A
-            replayed sample's are those of the earlier policy that sampled it.
-        replayed: ``[N]`` bool, True for samples the replay store put into the batch (sampled
-            in an earlier iteration, ``genrl/loop/replay.py``); None: every sample is fresh.
-    """
-
-    prompts: list[str]
-    completions: list[str]
-    group_ids: torch.Tensor
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    completion_mask: torch.Tensor
-    old_log_probs: torch.Tensor
-    ref_log_probs: torch.Tensor
-    finished: torch.Tensor
-    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
-    excluded: torch.Tensor | None = None
-    model_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
-    sampler_log_probs: torch.Tensor | None = None
-    replayed: torch.Tensor | None = None
-
-    @property
-    def completion_start(self) -> int:
-        """Column ``P`` where every completion starts."""
-        return self.input_ids.shape[1] - self.completion_mask.shape[1]
-
-    @property
-    def completion_lengths(self) -> torch.Tensor:
-        """``[N]`` number of trained completion tokens."""
-        return self.completion_mask.sum(dim=1)
-
-    @classmethod
-    def concatenate(cls, batches: list[TokenRollout]) -> TokenRollout:
-        """Concatenate after widening every batch to the longest prompt (padded on the left)
-        and the longest completion (on the right); new columns are masked out (attention 0,
-        completion mask False), so their token id (0) is never read."""
-        prompt = max(b.completion_start for b in batches)
-        length = max(b.completion_mask.shape[1] for b in batches)
-        # Packed pixel inputs are zero-padded per sample: widen them to the widest batch's; a
-        # batch without images (a round of text-only prompts) gets all-padding rows.
-        shapes: dict[str, tuple[torch.Tensor, list[int]]] = {}
-        for b in batches:
-            for k, v in b.model_inputs.items():
-                _, dims = shapes.get(k, (v, [0] * (v.ndim - 1)))
-                shapes[k] = (v, [max(d, n) for d, n in zip(dims, v.shape[1:], strict=True)])
-        widest = {k: dims for k, (_, dims) in shapes.items()}
-        batches = [
-            dataclasses.replace(
-                b,
-                model_inputs={
-                    k: b.model_inputs.get(k, v.new_zeros(len(b), *[0] * (v.ndim - 1)))
-                    for k, (v, _) in shapes.items()
-                },
-            )
-            for b in batches
-        ]
-        aligned = []
-        for b in batches:
-            before, after = prompt - b.completion_start, length - b.completion_mask.shape[1]
-            has_ref = b.ref_log_probs.shape[1] > 0
-            has_old = b.old_log_probs.shape[1] > 0
-            aligned.append(
-                dataclasses.replace(
-                    b,
-                    input_ids=_pad_columns(b.input_ids, 1, before, after),
-                    attention_mask=_pad_columns(b.attention_mask, 1, before, after),
-                    completion_mask=_pad_columns(b.completion_mask, 1, 0, after),
-                    old_log_probs=_pad_columns(b.old_log_probs, 1, 0, after if has_old else 0),
-                    ref_log_probs=_pad_columns(b.ref_log_probs, 1, 0, after if has_ref else 0),
-                    model_inputs=_pad_to(b.model_inputs, widest),
-                    sampler_log_probs=None
-                    if b.sampler_log_probs is None
-                    else _pad_columns(b.sampler_log_probs, 1, 0, after),
-                )
-            )
-        return super().concatenate(aligned)
-
-
-@dataclass
-class MaskedUnits(Batch):
-    """Training units of a masked-diffusion LM: one corrupted view of one sample each.
-
-    Attributes:
-        inputs: ``[U, P + L]`` prompt and completion as the model sees them (masks included).
-        attention_mask: ``[U, P + L]``.
-        targets: ``[U, L]`` the sampled completion tokens being scored.
-        counted: ``[U, L]`` bool, the positions that enter the loss.
-        old_log_probs: ``[U, L]`` under the sampling policy on the same view, or ``[U, 0]`` when
-            the iteration is one optimizer step (training's forward is on-policy).
-        ref_log_probs: ``[U, L]`` under the reference, or ``[U, 0]`` without KL.
-        advantages: ``[U]``.
-    """
-
-    inputs: torch.Tensor
-    attention_mask: torch.Tensor
-    targets: torch.Tensor
-    counted: torch.Tensor
-    old_log_probs: torch.Tensor
-    ref_log_probs: torch.Tensor
-    advantages: torch.Tensor
-
-
-@dataclass
-class MaskedSamples(Batch):
-    """Completions of a masked-diffusion LM, as sampled (the objective chooses the views).
-
-    Attributes:
-        prompts, completions: ``N`` strings (completions cut after the end token).
-        group_ids: ``[N]``.
-        prompt_ids: ``[N, P]`` prompts left-padded to ``P`` tokens.
-        prompt_mask: ``[N, P]`` 1 on real prompt tokens.
-        tokens: ``[N, L]`` sampled completion ids.
-        valid: ``[N, L]`` bool, positions up to and including the first end token.
-        reveal_step: ``[N, L]`` long, the sampling step that revealed each token.
-        advantages: ``[N]``.
-        excluded: ``[N]`` bool, samples left out of training although their rewards count
-            (MC-GRPO's median pivots, ``Objective.excluded_samples``); None: none.
-    """
-
-    prompts: list[str]
-    completions: list[str]
-    group_ids: torch.Tensor
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    tokens: torch.Tensor
-    valid: torch.Tensor
-    reveal_step: torch.Tensor
-    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
-    excluded: torch.Tensor | None = None
-
-    @classmethod
-    def concatenate(cls, batches: list[MaskedSamples]) -> MaskedSamples:
-        """Concatenate after left-padding every batch's prompts to the longest (mask 0)."""
-        prompt = max(b.prompt_ids.shape[1] for b in batches)
-        aligned = [
-            dataclasses.replace(
-                b,
-                prompt_ids=_pad_columns(b.prompt_ids, 1, prompt - b.prompt_ids.shape[1], 0),
-                prompt_mask=_pad_columns(b.prompt_mask, 1, prompt - b.prompt_ids.shape[1], 0),
-            )
-            for b in batches
-        ]
-        return super().concatenate(aligned)
+__all__ = [
+    "Batch",
+    "FlowBatch",
+    "FlowEndpoints",
+    "FlowTrajectory",
+    "FlowTransitions",
+    "MaskedSamples",
+    "MaskedUnits",
+    "NoisedEndpoints",
+    "SharedRows",
+    "TokenRollout",
+    "TreeTrajectories",
+]
