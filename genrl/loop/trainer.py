@@ -13,7 +13,6 @@ token sampling draws on each process's own stream, so token runs differ across p
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from pathlib import Path
@@ -28,11 +27,10 @@ from genrl.checkpoints.resume_layout import layout_notice, restore_weights
 from genrl.distributed.deepspeed import refuse_checkpoint, zero3_gathered
 from genrl.distributed.launch import build_accelerator
 from genrl.distributed.sharding import gathered, is_sharded, save_shards
+from genrl.loop.bookkeeping import echo, eval_metrics, eval_record, progress, score_metrics
 from genrl.loop.collection import BatchCollector, CollectedBatch
-from genrl.loop.groups import group_stats
 from genrl.loop.interrupt import StopRequest
 from genrl.loop.optimization import Updater
-from genrl.objectives.advantages import zero_std_fraction
 from genrl.reporting.evaluation import EvalResult, evaluate, without_ddp_wrapper
 from genrl.reporting.metrics import console_line, open_writer
 from genrl.run.build import build_run
@@ -153,20 +151,7 @@ class Trainer:
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
-        metrics: dict[str, float] = {}
-        for name, values in batch.scores.items():
-            # A score is NaN where it does not apply (a per-category score on the others).
-            finite = values[~values.isnan()]
-            metrics[f"{name}/mean"] = float(finite.mean()) if len(finite) else math.nan
-            metrics[f"{name}/std"] = float(finite.std(unbiased=False)) if len(finite) else math.nan
-            # The observed range bounds the plotted mean ± std band of an undeclared range.
-            metrics[f"{name}/min"] = float(finite.min()) if len(finite) else math.nan
-            metrics[f"{name}/max"] = float(finite.max()) if len(finite) else math.nan
-        metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, batch.group_ids)
-        stats = group_stats(rewards, batch.group_ids)
-        metrics.update({f"reward/{k}": v for k, v in stats.items()})
-        metrics["advantages/mean"] = float(batch.advantages.mean())
-        metrics["advantages/abs_mean"] = float(batch.advantages.abs().mean())
+        metrics = score_metrics(batch.scores, rewards, batch.group_ids, batch.advantages)
         metrics.update(update_metrics)
         metrics.update(batch.extra_metrics)
         metrics.update({f"time/{k}": v for k, v in batch.timings.items()})
@@ -376,31 +361,31 @@ class Trainer:
 
         added = self.collector.fill_offline_store()
         if added and self.is_main:
-            _echo(None, f"genrl: sampled {added} groups into {cfg.train.offline_store}")
+            echo(None, f"genrl: sampled {added} groups into {cfg.train.offline_store}")
 
         if "before" not in self.eval_history:
             before = self.evaluate()
-            self.eval_history["before"] = _eval_record(before)
+            self.eval_history["before"] = eval_record(before)
             if report is not None and writer is not None:
                 title = f"before training: {report.evaluated(self.reward.name)} "
                 title += f"{before.reward:.3f}"
                 report.samples(before, "samples_before", writer, title=title)
                 report.evaluation(before, self.iteration, writer)
-                writer.write(0, _eval_metrics(before))
+                writer.write(0, eval_metrics(before))
 
         end = cfg.train.iterations if stop_after is None else min(stop_after, cfg.train.iterations)
-        bar = _progress(
+        bar = progress(
             self.iteration, cfg.train.iterations, cfg.logging.progress_bar and self.is_main
         )
         interrupted = False
         try:
-            with self.stop.handle_sigint(lambda line: _echo(bar, line)):
+            with self.stop.handle_sigint(lambda line: echo(bar, line)):
                 while self.iteration < end:
                     metrics = self.train_iteration()
                     every = cfg.eval.every
                     if every and self.iteration % every == 0 and self.iteration < end:
                         result = self.evaluate()
-                        metrics.update(_eval_metrics(result))
+                        metrics.update(eval_metrics(result))
                         if report is not None:  # its samples: report.html and the trackers
                             report.evaluation(result, self.iteration, writer)
                     if writer is not None:
@@ -409,7 +394,7 @@ class Trainer:
                         bar.update(1)
                         bar.set_postfix(reward=f"{metrics[self.reward.name + '/mean']:.3f}")
                     if self.is_main and self.iteration % cfg.logging.log_every == 0:
-                        _echo(bar, console_line(self.iteration, cfg.train.iterations, metrics))
+                        echo(bar, console_line(self.iteration, cfg.train.iterations, metrics))
                     if self.stop.agreed(self.accelerator):
                         interrupted = True
                         break
@@ -430,16 +415,16 @@ class Trainer:
         wall = time.perf_counter() - started
         self.save_checkpoint(wall)
         if interrupted:
-            _echo(
+            echo(
                 None, f"stopped at iteration {self.iteration}; resume with --resume {self.run_dir}"
             )
         summary: dict[str, Any] = {}
         if self.iteration >= cfg.train.iterations and not interrupted:
             self.export(self.run_dir / "export")
             after = self.evaluate()
-            self.eval_history["after"] = _eval_record(after)
+            self.eval_history["after"] = eval_record(after)
             if writer is not None:
-                writer.write(self.iteration, _eval_metrics(after))
+                writer.write(self.iteration, eval_metrics(after))
             if report is not None:
                 summary = report.finish(after, wall, writer)
         if writer is not None:
@@ -447,32 +432,6 @@ class Trainer:
         if interrupted:
             raise KeyboardInterrupt
         return summary
-
-
-def _eval_metrics(result: EvalResult) -> dict[str, float]:
-    """``eval/reward`` and every held-out score (e.g. ``eval/countdown/accuracy``)."""
-    metrics = {"eval/reward": result.reward}
-    metrics.update({f"eval/{name}": value for name, value in result.scores.items()})
-    return metrics
-
-
-def _eval_record(result: EvalResult) -> dict[str, Any]:
-    return {"reward": result.reward, "per_prompt": result.per_prompt, "scores": result.scores}
-
-
-def _progress(start: int, total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=start, desc="training", unit="it", dynamic_ncols=True)
-
-
-def _echo(bar: Any, line: str) -> None:
-    if bar is not None:
-        bar.write(line)
-    else:
-        print(line, flush=True)
 
 
 __all__ = ["CollectedBatch", "Trainer"]
