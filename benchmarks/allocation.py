@@ -33,18 +33,18 @@ final seed-mean accuracy and 90% of GRPO's gain. Each run (method, seed) is cach
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cached_runs import train_logged, write_result  # after the paths above
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def run_one(method: str, task_name: str, seed: int, budget: int, out: Path) -> d
     cache = out / "results" / f"{key}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    from genrl import Trainer, get_recipe
+    from genrl import get_recipe
     from genrl.reporting.metrics import read_metrics
 
     iterations = iterations_for(method, task, budget)
@@ -145,14 +145,7 @@ def run_one(method: str, task_name: str, seed: int, budget: int, out: Path) -> d
             "logging.log_every=100000",
         ]
     )
-    run_dir = out / "runs" / key
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with (
-        open(out / "logs" / f"{key}.log", "w", encoding="utf-8") as log,
-        contextlib.redirect_stdout(log),
-    ):
-        summary = Trainer(config, run_dir=run_dir, overwrite=True).train()
+    summary, run_dir, seconds = train_logged(config, out, key)
     per_iteration = config.train.prompts_per_iteration * config.train.group_size
     samples, curve = 0.0, []
     for row in read_metrics(run_dir / "metrics.jsonl"):
@@ -171,13 +164,10 @@ def run_one(method: str, task_name: str, seed: int, budget: int, out: Path) -> d
         "curve": curve,
         "before": curve[0][2],
         "after": curve[-1][2],
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
         "summary_heldout": summary.get("heldout_scores_after", {}).get(task.heldout),
     }
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".tmp")
-    partial.write_text(json.dumps(result) + "\n")
-    os.replace(partial, cache)
+    write_result(cache, result)
     shutil.rmtree(run_dir, ignore_errors=True)
     return result
 

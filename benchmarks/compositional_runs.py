@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from cached_runs import write_result
 
 TRACKS = ("geneval", "strict")
 """Training tracks: the reward the run trains on (GenEval's rule or ``exact``)."""
@@ -201,10 +202,7 @@ def train_one(spec: RunSpec, out: Path, keep: bool) -> dict[str, Any]:
         "samples_seen": summary["samples_seen"],
         "offline_samples": config.train.offline_groups * config.train.group_size,
     }
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".tmp")
-    partial.write_text(json.dumps(result) + "\n")
-    os.replace(partial, cache)  # a killed run leaves no half-written cache entry
+    write_result(cache, result)  # a killed run leaves no half-written cache entry
     if not keep:
         shutil.rmtree(run_dir, ignore_errors=True)
         shutil.rmtree(store, ignore_errors=True)

@@ -21,13 +21,12 @@ every training combination, evaluated on the held-out prompts, over the reported
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import statistics
 from pathlib import Path
 from typing import Any
 
+from cached_runs import write_result
 from compositional_runs import RunSpec, Setting, knob, recipe_setting, train_one
 
 SELECT_LAST = 3
@@ -109,8 +108,5 @@ def tune(
     }
     name = f"{method}-{track}-it{iterations}-ev{eval_every}" + ("-quick" if quick else "")
     path = out / "tuning" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(partial, path)
+    write_result(path, record, indent=1)
     return chosen, record, trained

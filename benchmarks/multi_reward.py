@@ -28,18 +28,18 @@ a rerun trains only what is missing, so the benchmark runs in pieces (``--method
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cached_runs import train_logged, write_result  # after the paths above
 
 # name -> recipe
 METHODS = {
@@ -102,7 +102,7 @@ def train_one(
     cache = out / "results" / f"{key}.json"
     if cache.is_file():
         return {**json.loads(cache.read_text()), "cached": True}
-    from genrl import Trainer, get_recipe
+    from genrl import get_recipe
     from genrl.reporting.metrics import read_metrics
 
     config = get_recipe(METHODS[method])
@@ -118,29 +118,19 @@ def train_one(
     if quick:
         overrides += ["train.prompts_per_iteration=4", "eval.samples_per_prompt=2"]
     config.apply_overrides(overrides)
-    run_dir = out / "runs" / key
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with (
-        open(out / "logs" / f"{key}.log", "w", encoding="utf-8") as log,
-        contextlib.redirect_stdout(log),
-    ):
-        summary = Trainer(config, run_dir=run_dir, overwrite=True).train()
+    summary, run_dir, seconds = train_logged(config, out, key)
     result = {
         "method": method,
         "recipe": config.recipe,
         "seed": seed,
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
         "samples_seen": summary["samples_seen"],
         **read_run(
             read_metrics(run_dir / "metrics.jsonl"),
             config.train.prompts_per_iteration * config.train.group_size,
         ),
     }
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".tmp")
-    partial.write_text(json.dumps(result) + "\n")
-    os.replace(partial, cache)  # a killed run leaves no half-written entry
+    write_result(cache, result)  # a killed run leaves no half-written entry
     if not keep:
         shutil.rmtree(run_dir, ignore_errors=True)
     return {**result, "cached": False}

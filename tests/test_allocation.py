@@ -26,6 +26,7 @@ from genrl.config.errors import ConfigError
 from genrl.data.batches import TokenRollout
 from genrl.loop.trainer import Trainer
 from genrl.reporting.metrics import read_metrics
+from tests.resume_check import straight_and_resumed
 
 # Prompt "p<k>" is solved by samples 0 .. ACCURACY[k] - 1 of every 8 (a fixed pattern, so
 # pilot means are known by hand): p0 never, p1 1 of 8, ..., p8 always.
@@ -268,20 +269,7 @@ def test_two_iterations_train_the_countdown_lm(tmp_path: Path, overrides: tuple[
 @pytest.mark.slow
 def test_pilot_commit_resumes_exactly(tmp_path: Path) -> None:
     overrides = ("train.iterations=3", "allocation.name=pilot_commit")
-    straight = Trainer(_config(*overrides), run_dir=tmp_path / "a")
-    straight.train()
-    first = Trainer(_config(*overrides), run_dir=tmp_path / "b")
-    first.train(stop_after=2)
-    resumed = Trainer(_config(*overrides), run_dir=tmp_path / "b", resume_from=tmp_path / "b")
-    resumed.train()
-
-    def rows(run: Path) -> list[dict]:
-        found = [r for r in read_metrics(run / "metrics.jsonl") if "train_units" in r]
-        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in found]
-
-    assert rows(tmp_path / "a") == rows(tmp_path / "b")
-    for name, value in straight.policy.trainable_state_dict().items():
-        assert torch.equal(value, resumed.policy.trainable_state_dict()[name]), name
+    straight_and_resumed(lambda: _config(*overrides), tmp_path, stop_after=2)
 
 
 @pytest.mark.parametrize(

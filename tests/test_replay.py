@@ -17,10 +17,10 @@ from genrl.config.errors import ConfigError
 from genrl.loop.replay_store import ReplayStore, StoredCompletion, bucket_counts, bucket_weight
 from genrl.loop.trainer import Trainer
 from genrl.objectives.mixed_policy import mixed_policy_terms
-from genrl.reporting.metrics import read_metrics
 from genrl.run.config import TrainConfig
 from genrl.run.replay_config import ReplayConfig
 from tasks.prompt import Prompt, prompt_id
+from tests.resume_check import straight_and_resumed, trained_rows
 
 SMALL = (
     "train.prompts_per_iteration=8",
@@ -214,33 +214,19 @@ def test_reuse_puts_a_stored_correct_completion_in_an_all_wrong_group(tmp_path: 
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
+@pytest.mark.slow
 def test_resume_with_a_replay_store_is_exact(tmp_path: Path) -> None:
     overrides = ("train.iterations=4", "replay.start_accuracy=null")
-    straight = Trainer(_config("llm_countdown_exgrpo", *overrides), run_dir=tmp_path / "a")
-    straight.train()
-    first = Trainer(_config("llm_countdown_exgrpo", *overrides), run_dir=tmp_path / "b")
-    first.train(stop_after=2)
-    resumed = Trainer(
-        _config("llm_countdown_exgrpo", *overrides),
-        run_dir=tmp_path / "b",
-        resume_from=tmp_path / "b",
+    straight, resumed = straight_and_resumed(
+        lambda: _config("llm_countdown_exgrpo", *overrides), tmp_path, stop_after=2
     )
-    resumed.train()
     assert resumed.collector.replay is not None and straight.collector.replay is not None
     assert (
         resumed.collector.replay.state_dict().keys()
         == straight.collector.replay.state_dict().keys()
     )
     assert resumed.collector.replay.store.buckets == straight.collector.replay.store.buckets
-
-    def rows(run: Path) -> list[dict]:
-        found = [r for r in read_metrics(run / "metrics.jsonl") if "train_units" in r]
-        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in found]
-
-    assert rows(tmp_path / "a") == rows(tmp_path / "b")
-    assert any(r["replay/replayed"] > 0 for r in rows(tmp_path / "a"))
-    for name, value in _params(straight).items():
-        assert torch.equal(value, _params(resumed)[name]), name
+    assert any(r["replay/replayed"] > 0 for r in trained_rows(tmp_path / "a"))
 
 
 @pytest.mark.parametrize(

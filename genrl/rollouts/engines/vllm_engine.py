@@ -44,9 +44,8 @@ from genrl.policies.protocols import CausalTokenPolicy, EngineTokenPolicy
 from genrl.rollouts.engines.base import TokenEngine
 from genrl.rollouts.engines.vllm_requests import (
     EngineRequest,
+    batch_requests,
     generation_from,
-    group_requests,
-    sampling_settings,
 )
 from samplers.autoregressive import Generation, TokenSampler
 
@@ -189,12 +188,14 @@ class VLLMEngine(TokenEngine):
         if self.backend is None:
             self._build(served)
         assert self.backend is not None
-        requests = group_requests(prompt_ids, prompt_mask, noise)
-        settings = sampling_settings(
+        requests, settings = batch_requests(
+            policy,
+            prompt_ids,
+            prompt_mask,
             sampler,
             max_new_tokens,
-            list(policy.eos_token_ids),
-            list(self.train_config.generation.stop_strings),
+            noise,
+            self.train_config.generation.stop_strings,
         )
         samples = [s for group in self.backend.generate(requests, settings) for s in group]
         return generation_from(samples, int(policy.tokenizer.pad_token_id), policy.device)

@@ -64,6 +64,24 @@ def sampling_settings(
     }
 
 
+def batch_requests(
+    policy: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    sampler: TokenSampler,
+    max_new_tokens: int,
+    noise: RolloutNoise,
+    stop_strings: list[str],
+) -> tuple[list[EngineRequest], dict[str, Any]]:
+    """A batch's requests (``group_requests``) and the settings they share, with the policy's
+    end tokens as stop tokens."""
+    requests = group_requests(prompt_ids, prompt_mask, noise)
+    settings = sampling_settings(
+        sampler, max_new_tokens, list(policy.eos_token_ids), list(stop_strings)
+    )
+    return requests, settings
+
+
 def generation_from(
     samples: list[dict[str, Any]], pad_token_id: int, device: torch.device
 ) -> Generation:
@@ -86,4 +104,10 @@ def generation_from(
     )
 
 
-__all__ = ["EngineRequest", "generation_from", "group_requests", "sampling_settings"]
+__all__ = [
+    "EngineRequest",
+    "batch_requests",
+    "generation_from",
+    "group_requests",
+    "sampling_settings",
+]

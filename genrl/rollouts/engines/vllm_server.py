@@ -23,7 +23,7 @@ from genrl.config.errors import ConfigError
 from genrl.data.rng import RolloutNoise
 from genrl.policies.protocols import CausalTokenPolicy, EngineTokenPolicy
 from genrl.rollouts.engines.base import TokenEngine
-from genrl.rollouts.engines.vllm_requests import generation_from, group_requests, sampling_settings
+from genrl.rollouts.engines.vllm_requests import batch_requests, generation_from
 from samplers.autoregressive import Generation, TokenSampler
 
 
@@ -112,12 +112,14 @@ class VLLMServerEngine(TokenEngine):
         refuse_model_inputs(model_inputs, "vllm_server")
         if not self.checked:
             self._start(served)
-        requests = group_requests(prompt_ids, prompt_mask, noise)
-        settings = sampling_settings(
+        requests, settings = batch_requests(
+            policy,
+            prompt_ids,
+            prompt_mask,
             sampler,
             max_new_tokens,
-            list(policy.eos_token_ids),
-            list(self.train_config.generation.stop_strings),
+            noise,
+            self.train_config.generation.stop_strings,
         )
         body = {
             "requests": [{"token_ids": r.token_ids, "n": r.n, "seed": r.seed} for r in requests],
