@@ -85,6 +85,7 @@ def test_the_tokenizer_spells_every_grammar_word_as_one_token(build_script) -> N
     assert longest <= build_script.MAX_PROMPT_TOKENS
 
 
+@pytest.mark.slow
 def test_build_pieces_are_deterministic(build_script) -> None:
     """The same seed gives the same initial weights, and two training steps of each model give
     the same weights twice (a different seed, different ones)."""
