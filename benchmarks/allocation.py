@@ -219,6 +219,34 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"targets": targets, "methods": table}
 
 
+def plot(results: list[dict[str, Any]], path: Path, task: str, budget: int) -> None:
+    """Seed-mean held-out score against the samples drawn, one line per method, each seed's
+    final as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    for method, runs in by_method.items():
+        curve = mean_curve(runs)
+        line = axis.plot([s for s, _ in curve], [a for _, a in curve], label=method)[0]
+        finals = [(r["curve"][-1][1], r["curve"][-1][2]) for r in runs]
+        axis.scatter(*zip(*finals, strict=True), color=line.get_color(), s=12)
+    axis.set_xlabel("samples drawn (pilots and profiles included)")
+    axis.set_ylabel(f"held-out {TASKS[task].heldout}")
+    axis.set_title(f"{task}: seed-mean curves, seeds' finals as dots (budget {budget:,})")
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="countdown")
@@ -226,6 +254,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=51_200, help="samples per run")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "bench_allocation")
+    parser.add_argument("--plot", type=Path, help="PNG path (default <output-dir>/curves.png)")
     args = parser.parse_args()
     unknown = sorted(set(args.methods) - set(METHODS))
     if unknown:
@@ -244,6 +273,7 @@ def main() -> None:
                 flush=True,
             )
     summary = summarise(results)
+    plot(results, args.plot or args.output_dir / "curves.png", args.task, args.budget)
     for method, row in summary["methods"].items():
         ratio = row.get("ratio_to_grpo_90pct_gain")
         shown = "never" if ratio is None else f"{ratio:.2f}x"
