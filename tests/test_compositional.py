@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from genrl import Trainer, get_recipe
+from genrl import Trainer
 from genrl.run.config import TrainConfig
 from loading.assets import embedded_asset_path
 from pipelines.toy.compositional import (
@@ -34,6 +34,7 @@ from reward_models.compositional import EMBEDDED_ARTIFACT_PROBE, CompositionalRe
 from tasks.compositional import CATEGORIES, heldout_prompts, parse_prompt
 from tasks.compositional_render import CELLS, render, sample_scene
 from tasks.compositional_scorer import EMBEDDED_SCORER, CellScorer, load_scorer, save_scorer
+from tests.compositional_tiny import tiny_compositional_config
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -211,31 +212,7 @@ def test_policy_text_conditions_the_velocity(tmp_path: Path) -> None:
 # -- training through the generic trainer ------------------------------------------------------
 def _tiny_config(directory: Path, *overrides: str) -> TrainConfig:
     """The recipe on tiny random models, a few seconds per run."""
-    torch.manual_seed(0)
-    flow, scorer = directory / "flow.safetensors", directory / "scorer.safetensors"
-    model = CompositionalFlowModel(hidden_dim=32, num_layers=1, text_dim=16, text_layers=1)
-    save_compositional_model(model, flow)
-    save_scorer(CellScorer(channels=4, hidden_dim=8), scorer)
-    config = get_recipe("compositional_flow_grpo")
-    config.apply_overrides(
-        [
-            f"policy.pretrained={flow}",
-            f'reward.0.kwargs={{"path": "{scorer}", "partial_credit": true}}',
-            "train.iterations=2",
-            "train.prompts_per_iteration=4",
-            "train.group_size=4",
-            "train.minibatch_size=16",
-            "sampler.num_steps=4",
-            "sampler.eval_num_steps=4",
-            "eval.samples_per_prompt=1",
-            "logging.tensorboard=false",
-            "logging.progress_bar=false",
-            "logging.log_every=1000",
-            "optim.lr=1e-2",
-            *overrides,
-        ]
-    )
-    return config
+    return tiny_compositional_config(directory, "compositional_flow_grpo", *overrides)
 
 
 ALGORITHMS = {

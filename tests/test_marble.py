@@ -17,8 +17,7 @@ from genrl.objectives.marble import MarbleObjective, fill_missing_with_group_mea
 from genrl.objectives.regression_losses import NFTLoss
 from genrl.objectives.regression_objectives import NFTObjective
 from genrl.run.config import TrainConfig
-from pipelines.toy.compositional import CompositionalFlowModel, save_compositional_model
-from tasks.compositional_scorer import CellScorer, save_scorer
+from tests.compositional_tiny import tiny_compositional_config
 
 
 def test_per_reward_advantages_by_hand() -> None:
@@ -65,32 +64,9 @@ def test_a_mixed_optimality_gives_the_mixed_gradient() -> None:
 
 
 def _tiny(directory: Path, recipe: str, *overrides: str) -> TrainConfig:
-    torch.manual_seed(0)
-    flow, scorer = directory / "flow.safetensors", directory / "scorer.safetensors"
-    model = CompositionalFlowModel(hidden_dim=32, num_layers=1, text_dim=16, text_layers=1)
-    save_compositional_model(model, flow)
-    save_scorer(CellScorer(channels=4, hidden_dim=8), scorer)
-    config = get_recipe(recipe)
-    config.apply_overrides(
-        [
-            f"policy.pretrained={flow}",
-            f'reward.0.kwargs={{"path": "{scorer}", "partial_credit": true}}',
-            "train.iterations=2",
-            "train.prompts_per_iteration=4",
-            "train.group_size=4",
-            "train.minibatch_size=16",
-            "sampler.num_steps=4",
-            "sampler.eval_num_steps=4",
-            "eval.samples_per_prompt=1",
-            "logging.tensorboard=false",
-            "logging.progress_bar=false",
-            "logging.log_every=1000",
-            "optim.lr=1e-2",
-            "algorithm.noisings_per_sample=2",
-            *overrides,
-        ]
+    return tiny_compositional_config(
+        directory, recipe, "algorithm.noisings_per_sample=2", *overrides
     )
-    return config
 
 
 VARIANTS = {
