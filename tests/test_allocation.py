@@ -298,6 +298,7 @@ def test_bad_settings_are_one_line(overrides: tuple[str, ...], message: str) -> 
 def test_more_than_one_process_and_whole_group_units_are_refused() -> None:
     with pytest.raises(ConfigError, match="one process"):
         _config("allocation.name=pilot_commit").validate(num_processes=2)
-    gdro = get_recipe("digits_gdro").apply_overrides(["allocation.name=pilot_commit"])
-    with pytest.raises(ConfigError, match="whole groups"):
-        gdro.validate()
+    for recipe in ("digits_gdro", "digits_branch_grpo"):
+        config = get_recipe(recipe).apply_overrides(["allocation.name=pilot_commit"])
+        with pytest.raises(ConfigError, match="whole groups"):
+            config.validate()

@@ -47,6 +47,9 @@ class Algorithm(abc.ABC):
     ``{"sampler": SDESamplingConfig}``; ``TrainConfig`` holds exactly these."""
     group_units: ClassVar[bool] = False
     """True when every training unit holds a whole group, so each process needs whole groups."""
+    fixed_group_shape: ClassVar[bool] = False
+    """True when the rollout draws every group in one shape of ``train.group_size`` samples (a
+    tree), so an allocation policy's per-prompt sample counts cannot apply."""
 
     def __init__(self, config: AlgorithmConfig, train_config: Any) -> None:
         # train_config is the run's TrainConfig (genrl/run/config.py), typed Any as in the

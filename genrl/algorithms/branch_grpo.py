@@ -54,6 +54,7 @@ class BranchGRPOConfig(TreePolicyGradientConfig, BranchingRolloutConfig, Algorit
 class BranchGRPO(Algorithm):
     Config = BranchGRPOConfig
     sections: ClassVar[dict[str, type]] = {"sampler": StochasticSamplingConfig}
+    fixed_group_shape: ClassVar[bool] = True  # a group is one tree's leaves
     config: BranchGRPOConfig
 
     def build(self, policy: Policy) -> tuple[BranchingRollout, TreePolicyGradient]:

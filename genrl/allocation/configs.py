@@ -176,7 +176,9 @@ def validate_allocation(config: Any, num_processes: int) -> None:
         return
     t = config.train
     algorithm = ALGORITHMS.get(config.algorithm.name)
-    if algorithm is not None and (algorithm.group_units or not algorithm.needs_groups):
+    if algorithm is not None and (
+        algorithm.group_units or algorithm.fixed_group_shape or not algorithm.needs_groups
+    ):
         raise ConfigError(
             f"allocation.name={name} sizes groups of its own; {config.algorithm.name} trains on "
             "whole groups of train.group_size (or on no groups) and cannot use it"
