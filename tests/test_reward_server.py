@@ -229,6 +229,7 @@ def test_trainer_with_a_remote_reward_survives_a_server_restart(tmp_path: Path) 
     assert trainer.iteration == 2
 
 
+@pytest.mark.slow
 def test_cli_serves_a_registered_reward(tmp_path: Path) -> None:
     port = free_port()
     env = dict(os.environ, GENRL_REWARD_TOKEN="abc")

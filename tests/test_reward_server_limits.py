@@ -302,6 +302,7 @@ def test_decodes_at_once_are_capped(serve, monkeypatch) -> None:
     until(lambda: server.limits.pixels.in_use == 0, "the pixels to be given back")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("budget", "batches"), [(200, [1, 1, 1]), (400, [1, 2])])
 def test_a_merge_of_requests_is_taken_from_the_budget(serve, budget, batches) -> None:
     """A, B (64 pixels each) queue behind X; merging them copies 128 more pixels, which fit a

@@ -193,6 +193,7 @@ class PicksPrompts(TargetColorReward):
         return super().score(outputs, prompts, metadata)
 
 
+@pytest.mark.slow
 def test_a_refused_request_does_not_fail_those_merged_with_it(serve) -> None:
     reward = PicksPrompts()
     server = serve(reward, batch_wait_s=1.0)

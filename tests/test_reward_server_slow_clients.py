@@ -77,6 +77,7 @@ def slow_header_client(server: RewardServer, results: list[Any], interval: float
     results.append(("still open", {}, 20.0, time.monotonic()))
 
 
+@pytest.mark.slow
 def test_slow_header_clients_are_closed_within_the_limit_while_a_healthy_one_is_served(
     serve,  # noqa: F811
 ) -> None:
@@ -147,6 +148,7 @@ def test_printable_bytes_that_never_end_a_line_get_408(serve) -> None:  # noqa: 
     assert closed - started < HEAD_TIMEOUT + SLACK
 
 
+@pytest.mark.slow
 def test_a_kept_alive_connection_may_idle_past_the_head_timeout(serve) -> None:  # noqa: F811
     """The head timer runs from a request's first byte, not over the idle time between
     requests (RemoteReward's pooled connections idle up to 30 s)."""
