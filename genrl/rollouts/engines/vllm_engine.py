@@ -46,6 +46,8 @@ from genrl.rollouts.engines.vllm_requests import (
     EngineRequest,
     batch_requests,
     generation_from,
+    refuse_model_inputs,
+    served_policy,
 )
 from samplers.autoregressive import Generation, TokenSampler
 
@@ -211,18 +213,6 @@ class VLLMEngine(TokenEngine):
         return time.perf_counter() - start
 
 
-def served_policy(policy: CausalTokenPolicy, engine: str) -> EngineTokenPolicy:
-    """``policy`` as one an inference engine can serve, else a one-line ``ConfigError``."""
-    if not isinstance(policy, EngineTokenPolicy):
-        raise ConfigError(
-            f"generation.engine={engine} serves causal LMs (policy.name=causal_lm, "
-            f"countdown_lm); the policy is a {type(policy).__name__}: use generation.engine=loop"
-        )
-    if policy.sharded:
-        raise ConfigError(f"generation.engine={engine} does not serve an FSDP-sharded policy")
-    return policy
-
-
 def check_cpu_heads(policy: EngineTokenPolicy, what: str) -> None:
     """Refuse, on the CPU, heads narrower than vLLM's CPU attention kernel runs."""
     model_config = getattr(policy.network, "config", None)
@@ -235,12 +225,4 @@ def check_cpu_heads(policy: EngineTokenPolicy, what: str) -> None:
         )
 
 
-def refuse_model_inputs(model_inputs: dict[str, torch.Tensor], engine: str) -> None:
-    if model_inputs:
-        raise ConfigError(
-            f"generation.engine={engine} takes text prompts only (VLMs through the engine are "
-            "not built yet): use generation.engine=loop"
-        )
-
-
-__all__ = ["VLLMBackend", "VLLMEngine", "check_cpu_heads", "refuse_model_inputs", "served_policy"]
+__all__ = ["VLLMBackend", "VLLMEngine", "check_cpu_heads"]

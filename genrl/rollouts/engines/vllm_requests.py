@@ -1,6 +1,7 @@
-"""What the vLLM engines send and get back, as plain values (no vLLM import): the colocated
-engine (``vllm_engine.py``) and the rollout server's client (``vllm_server.py``) build the
-same requests and read the same samples, so both draw the same completions for a seed.
+"""What the vLLM engines send and get back, as plain values (no vLLM import), and what they
+refuse to serve: the colocated engine (``vllm_engine.py``) and the rollout server's client
+(``vllm_server.py``) build the same requests and read the same samples, so both draw the same
+completions for a seed.
 
 - A group (consecutive identical prompts) is one request with ``n`` samples, seeded from the
   run's ``Streams.TOKEN_SAMPLING`` stream at the group's first sample's index in the global
@@ -19,7 +20,9 @@ from typing import Any
 
 import torch
 
+from genrl.config.errors import ConfigError
 from genrl.data.rng import RolloutNoise, Streams
+from genrl.policies.protocols import CausalTokenPolicy, EngineTokenPolicy
 from samplers.autoregressive import Generation, TokenSampler
 
 
@@ -104,10 +107,32 @@ def generation_from(
     )
 
 
+def served_policy(policy: CausalTokenPolicy, engine: str) -> EngineTokenPolicy:
+    """``policy`` as one an inference engine can serve, else a one-line ``ConfigError``."""
+    if not isinstance(policy, EngineTokenPolicy):
+        raise ConfigError(
+            f"generation.engine={engine} serves causal LMs (policy.name=causal_lm, "
+            f"countdown_lm); the policy is a {type(policy).__name__}: use generation.engine=loop"
+        )
+    if policy.sharded:
+        raise ConfigError(f"generation.engine={engine} does not serve an FSDP-sharded policy")
+    return policy
+
+
+def refuse_model_inputs(model_inputs: dict[str, torch.Tensor], engine: str) -> None:
+    if model_inputs:
+        raise ConfigError(
+            f"generation.engine={engine} takes text prompts only (VLMs through the engine are "
+            "not built yet): use generation.engine=loop"
+        )
+
+
 __all__ = [
     "EngineRequest",
     "batch_requests",
     "generation_from",
     "group_requests",
+    "refuse_model_inputs",
     "sampling_settings",
+    "served_policy",
 ]

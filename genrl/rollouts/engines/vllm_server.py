@@ -23,7 +23,12 @@ from genrl.config.errors import ConfigError
 from genrl.data.rng import RolloutNoise
 from genrl.policies.protocols import CausalTokenPolicy, EngineTokenPolicy
 from genrl.rollouts.engines.base import TokenEngine
-from genrl.rollouts.engines.vllm_requests import batch_requests, generation_from
+from genrl.rollouts.engines.vllm_requests import (
+    batch_requests,
+    generation_from,
+    refuse_model_inputs,
+    served_policy,
+)
 from samplers.autoregressive import Generation, TokenSampler
 
 
@@ -106,8 +111,6 @@ class VLLMServerEngine(TokenEngine):
         noise: RolloutNoise,
         model_inputs: dict[str, torch.Tensor],
     ) -> Generation:
-        from genrl.rollouts.engines.vllm_engine import refuse_model_inputs, served_policy
-
         served = served_policy(policy, "vllm_server")
         refuse_model_inputs(model_inputs, "vllm_server")
         if not self.checked:
@@ -137,8 +140,6 @@ class VLLMServerEngine(TokenEngine):
     def sync_weights(self, policy: CausalTokenPolicy) -> float | None:
         """Push the policy's weights (LoRA merged) to the server as one safetensors body."""
         from safetensors.torch import save
-
-        from genrl.rollouts.engines.vllm_engine import served_policy
 
         served = served_policy(policy, "vllm_server")
         if not self.checked:
