@@ -39,6 +39,13 @@ def test_per_reward_advantages_by_hand() -> None:
     assert advantages[:, 0].tolist() == pytest.approx(
         [-1.5 / (1.5 + eps), 1.5 / (1.5 + eps), -1.5 / (1.5 + eps), 1.5 / (1.5 + eps)]
     )
+    # The logged advantages are column 0's (mean 0, magnitude 1.5 / 1.5001), not an average
+    # over the 1 + K columns; each balanced reward's column has its own magnitude.
+    metrics = objective.advantage_metrics(advantages)
+    assert metrics["advantages/mean"] == pytest.approx(0.0, abs=1e-7)
+    assert metrics["advantages/abs_mean"] == pytest.approx(1.5 / (1.5 + eps))
+    assert metrics["advantages/a/abs_mean"] == pytest.approx(0.5 / (0.5 + eps) / 2)
+    assert metrics["advantages/b/abs_mean"] == pytest.approx(2 / (2 + eps) / 2)
     filled = fill_missing_with_group_mean(scores, group_ids)
     assert filled[2, 1] == 3.0 and torch.equal(filled[[0, 1, 3]], scores[[0, 1, 3]])
 

@@ -17,16 +17,14 @@ def score_metrics(
     scores: dict[str, torch.Tensor],
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
-    advantages: torch.Tensor,
 ) -> dict[str, float]:
-    """``<score>/mean|std|min|max`` of every score (NaN where it does not apply is left out),
-    the training reward's group statistics, and the advantages' mean and mean magnitude.
+    """``<score>/mean|std|min|max`` of every score (NaN where it does not apply is left out)
+    and the training reward's group statistics (the objective reports its advantages').
 
     Args:
         scores: name -> ``[N]`` every score of the iteration's samples.
         rewards: ``[N]`` the training reward.
         group_ids: ``[N]`` group ids.
-        advantages: ``[M]`` (or ``[M, T]``) the training batch's advantages.
     """
     metrics: dict[str, float] = {}
     for name, values in scores.items():
@@ -40,8 +38,6 @@ def score_metrics(
     metrics["reward/zero_std_fraction"] = zero_std_fraction(rewards, group_ids)
     stats = group_stats(rewards, group_ids)
     metrics.update({f"reward/{k}": v for k, v in stats.items()})
-    metrics["advantages/mean"] = float(advantages.mean())
-    metrics["advantages/abs_mean"] = float(advantages.abs().mean())
     return metrics
 
 

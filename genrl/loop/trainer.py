@@ -151,7 +151,8 @@ class Trainer:
 
         # 6. Bookkeeping.
         rewards = batch.scores[self.reward.name]
-        metrics = score_metrics(batch.scores, rewards, batch.group_ids, batch.advantages)
+        metrics = score_metrics(batch.scores, rewards, batch.group_ids)
+        metrics.update(self.objective.advantage_metrics(batch.advantages))
         metrics.update(update_metrics)
         metrics.update(batch.extra_metrics)
         metrics.update({f"time/{k}": v for k, v in batch.timings.items()})

@@ -86,6 +86,15 @@ class Objective(abc.ABC, Generic[P, B, U]):
         """Advantages of the gathered batch (all processes): ``[N]``, or ``[N, T]`` with one per
         sample and step."""
 
+    def advantage_metrics(self, advantages: torch.Tensor) -> dict[str, float]:
+        """``advantages/mean`` and ``advantages/abs_mean`` of what ``advantages`` returned
+        (``[N]`` or ``[N, T]``, every entry one advantage); an objective whose columns mean
+        something else (MARBLE's one per reward) says here which entries they are."""
+        return {
+            "advantages/mean": float(advantages.mean()),
+            "advantages/abs_mean": float(advantages.abs().mean()),
+        }
+
     def excluded_samples(
         self, rewards: torch.Tensor, group_ids: torch.Tensor
     ) -> torch.Tensor | None:

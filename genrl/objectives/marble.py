@@ -120,6 +120,14 @@ class MarbleObjective(NFTObjective):
         per_reward = torch.where(missing.to(per_reward.device), 0.0, per_reward)
         return torch.cat([combined.reshape(-1, 1), per_reward.to(combined)], dim=1)
 
+    def advantage_metrics(self, advantages: torch.Tensor) -> dict[str, float]:
+        """Column 0 (the aggregated reward's advantage) as every objective reports it, and
+        ``advantages/<reward>/abs_mean`` for each balanced reward's column."""
+        metrics = super().advantage_metrics(advantages[:, 0])
+        for column, name in enumerate(self.names, start=1):
+            metrics[f"advantages/{name}/abs_mean"] = float(advantages[:, column].abs().mean())
+        return metrics
+
     def loss(
         self, policy: FlowPolicy, minibatch: NoisedEndpoints, step: StepContext | None = None
     ) -> tuple[torch.Tensor, Metrics]:
