@@ -43,6 +43,9 @@ NUMBER_RANGE = (1, 9)
 TARGET_RANGE = (1, 99)
 NUM_NUMBERS = 3
 HELDOUT_MODULUS = 5  # one problem in five is held out
+# Distinct problems of each split with the ranges above (``make_problems`` finds them all).
+TRAIN_PROBLEMS = 1505
+HELDOUT_PROBLEMS = 359
 SPLITS = ("train", "heldout")
 EOS_TEXT = "<eos>"
 # Longest reference solution: three numbers, two operators and one pair of parentheses
