@@ -81,6 +81,21 @@ def test_ode_rollout_reproduces_pipe_call(video_dirs, family: str, guidance: flo
     assert (decoded - videos).abs().max() < 1e-4
 
 
+@pytest.mark.slow  # three stock calls; the fast lane keeps the plain-CFG equality
+def test_ltx_guidance_rescale_reproduces_the_stock_call(video_dirs) -> None:
+    """``guidance_rescale`` (Lin et al.'s CFG rescale) equals ``LTXPipeline``'s on the latents,
+    and changes them: the rule is applied, not ignored on both sides."""
+    policy = video_policy("ltx", video_dirs["ltx"], guidance_rescale=0.7)
+    noise = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    ours = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=4.5)
+    stock = pipe_call(policy, "ltx", noise, 4.5, "latent", guidance_rescale=0.7)
+    assert (stock.float() - ours).abs().max() < 1e-4
+    plain = pipe_call(policy, "ltx", noise, 4.5, "latent")
+    assert (plain.float() - ours).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="guidance_rescale"):
+        video_policy("ltx", video_dirs["ltx"], guidance_rescale=1.5)
+
+
 def test_ltx_decodes_with_the_vae_buffers_and_the_decode_noise(video_dirs) -> None:
     """LTX's latent statistics are VAE buffers over a scaling factor; its 0.9.1+ VAE decodes at
     a timestep with seeded noise blended in: both change the video, and the stock call with a

@@ -67,6 +67,27 @@ def test_ode_rollout_reproduces_the_two_expert_pipeline(a14b_dir: Path, guidance
     assert (pipe_call(alone, noise, guidance, "latent") - latents).abs().max() > 1e-3
 
 
+@pytest.mark.slow  # two stock calls; the fast lane keeps the one-scale equality
+def test_guidance_scale_2_reproduces_the_pipeline(a14b_dir: Path) -> None:
+    """The low-noise expert's own CFG scale (``guidance_scale_2``) as ``WanPipeline`` applies
+    it, and it changes the samples; refused on a one-transformer checkpoint."""
+    policy = build_policy("wan", pretrained=str(a14b_dir), guidance_scale_2=2.0, **VIDEO)
+    noise = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    ours = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=4.0)
+    policy.pipe.set_progress_bar_config(disable=True)
+    stock = policy.pipe(
+        prompt=PROMPTS, latents=noise.clone(), num_inference_steps=4, guidance_scale=4.0,
+        guidance_scale_2=2.0, output_type="latent", **VIDEO,
+    ).frames  # fmt: skip
+    assert (stock.float() - ours).abs().max() < 1e-4
+    assert (pipe_call(policy.pipe, noise, 4.0, "latent") - stock).abs().max() > 1e-3
+    from diffusers import WanPipeline
+
+    one = WanPipeline(**{**policy.pipe.components, "transformer_2": None})
+    with pytest.raises(ValueError, match="guidance_scale_2 needs a two-expert"):
+        build_policy("wan", pipeline=one, guidance_scale_2=2.0, **VIDEO)
+
+
 def test_each_row_goes_to_the_expert_of_its_timestep(a14b_dir: Path) -> None:
     policy = build_policy("wan", pretrained=str(a14b_dir), **VIDEO)
     condition = policy.encode_prompts(PROMPTS)

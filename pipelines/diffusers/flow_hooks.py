@@ -43,12 +43,18 @@ class Guidance:
       ``cfg_trunc_ratio``, a fraction of the steps; ``cutoff_for_step_fraction`` converts it;
       Z-Image's ``cfg_truncation`` ``c`` is ``cutoff_sigma = 1 - c``);
     * ``max_norm_ratio``: when ``||v|| > r ||v_c||`` over a whole sample, scale ``v`` down to
-      ``r ||v_c||`` (``ZImagePipeline.__call__`` with ``cfg_normalization=r``).
+      ``r ||v_c||`` (``ZImagePipeline.__call__`` with ``cfg_normalization=r``);
+    * ``rescale`` ``phi``: Lin et al. 2024 ("Common Diffusion Noise Schedules and Sample Steps
+      Are Flawed", Sec. 3.4, eqs. 15-16), ``v <- phi v std(v_c) / std(v) + (1 - phi) v`` with
+      each sample's standard deviation over all its entries (Bessel-corrected, as torch's
+      ``std``), applied to the plain combination first (the ``guidance_rescale`` of
+      ``LTXPipeline.__call__`` and of diffusers' other pipelines, ``rescale_noise_cfg``).
     """
 
     normalize: bool = False
     cutoff_sigma: float = 0.0
     max_norm_ratio: float = 0.0
+    rescale: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.cutoff_sigma >= 0 or not self.max_norm_ratio >= 0:
@@ -56,16 +62,29 @@ class Guidance:
                 f"cfg cutoff_sigma and max_norm_ratio must be >= 0, got {self.cutoff_sigma} and "
                 f"{self.max_norm_ratio}"
             )
+        if not 0 <= self.rescale <= 1:
+            raise ValueError(f"guidance_rescale must be in [0, 1], got {self.rescale}")
 
     def active(self, sigma: torch.Tensor) -> bool:
         """Whether any row of ``sigma`` ``[B]`` needs the unconditional branch."""
         return self.cutoff_sigma <= 0 or bool((sigma >= self.cutoff_sigma).any())
 
     def combine(
-        self, cond: torch.Tensor, uncond: torch.Tensor, sigma: torch.Tensor, scale: float
+        self,
+        cond: torch.Tensor,
+        uncond: torch.Tensor,
+        sigma: torch.Tensor,
+        scale: float | torch.Tensor,
     ) -> torch.Tensor:
-        """Guided velocity ``[B, *event]`` from the two branches (float32)."""
+        """Guided velocity ``[B, *event]`` from the two branches (float32); ``scale`` is one
+        number or one per row ``[B]`` (Wan 2.2 A14B's second expert guides with its own)."""
+        if isinstance(scale, torch.Tensor):
+            scale = scale.to(cond).view(-1, *(1,) * (cond.ndim - 1))
         guided = uncond + scale * (cond - uncond)
+        if self.rescale > 0:
+            dims = list(range(1, cond.ndim))
+            ratio = cond.std(dim=dims, keepdim=True) / guided.std(dim=dims, keepdim=True)
+            guided = self.rescale * (guided * ratio) + (1 - self.rescale) * guided
         if self.normalize:
             guided = guided * (cond.norm(dim=-1, keepdim=True) / guided.norm(dim=-1, keepdim=True))
         if self.max_norm_ratio > 0:

@@ -94,6 +94,8 @@ class FlowImagePolicy(LatentLayout, FlowPolicy):
             Lumina2, as their pipelines do, off elsewhere).
         cfg_cutoff_sigma: no CFG at noise levels below this (``Guidance.cutoff_sigma``; 0: CFG
             at every step).
+        guidance_rescale: ``phi`` of Lin et al.'s CFG rescale (``Guidance.rescale``; 0: off,
+            the stock pipelines' default), the stock call's ``guidance_rescale``.
         embedded_guidance: value fed to the guidance embedding of guidance-distilled models
             (FLUX.1-dev: 3.5 by default); ignored by transformers without one.
         lora_init: peft's ``init_lora_weights`` (True: peft's default; ``"gaussian"``:
@@ -133,6 +135,7 @@ class FlowImagePolicy(LatentLayout, FlowPolicy):
         lora_init: bool | str = True,
         cfg_normalization: bool | None = None,
         cfg_cutoff_sigma: float = 0.0,
+        guidance_rescale: float = 0.0,
         embedded_guidance: float | None = None,
         num_frames: int | None = None,
         frame_rate: float | None = None,
@@ -148,6 +151,7 @@ class FlowImagePolicy(LatentLayout, FlowPolicy):
                 self.default_guidance.normalize if cfg_normalization is None else cfg_normalization
             ),
             cutoff_sigma=cfg_cutoff_sigma or self.default_guidance.cutoff_sigma,
+            rescale=guidance_rescale,
         )
         self.embedded_guidance = (
             self.default_embedded_guidance if embedded_guidance is None else embedded_guidance

@@ -14,7 +14,7 @@ conditioning (0.9.1 and later) decode at ``decode_timestep`` with ``decode_noise
 (``FlowImagePolicy`` arguments; the stock call's defaults are 0 and "same as the timestep", and
 the model cards use 0.05 and 0.025).
 
-The stock call's ``guidance_rescale`` (default 0) is not reproduced.
+The stock call's ``guidance_rescale`` is the adapter's ``guidance_rescale`` (default 0, as there).
 """
 
 from __future__ import annotations

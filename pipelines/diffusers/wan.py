@@ -29,7 +29,8 @@ The policy's network is then ``WanExperts``, both experts in one module that sen
 batch to the expert of its own timestep, so rollouts switch at the boundary as the pipeline does
 and every trained step goes through the expert that sampled it. ``train_experts`` puts the LoRA
 (or, without LoRA, training) on both experts or one; the other stays frozen. Both experts take
-the sampler's CFG scale (the pipeline's ``guidance_scale_2=None``).
+the sampler's CFG scale unless ``guidance_scale_2`` gives the low-noise expert's (the
+pipeline's ``guidance_scale_2``; None there too means the same scale).
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ class WanPolicy(FlowImagePolicy):
             computed): keep the SDE steps in the trained expert's noise range with
             ``sampler.sde_window_range`` to spend no compute on them. An error for
             one-transformer checkpoints unless ``"both"``.
+        guidance_scale_2: the CFG scale of the steps below the boundary (the low-noise
+            expert's), as ``WanPipeline``'s ``guidance_scale_2``; None: the sampler's scale at
+            every step. CFG runs only when the sampler's scale is not 1, as in the pipeline.
+            Two-expert checkpoints only.
     """
 
     pipeline_class = "WanPipeline"
@@ -123,9 +128,11 @@ class WanPolicy(FlowImagePolicy):
         *,
         vae_tiling: bool = False,
         train_experts: str = "both",
+        guidance_scale_2: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(pretrained, **kwargs)
+        self.guidance_scale_2 = guidance_scale_2
         if train_experts not in ("both", *EXPERTS):
             raise ValueError(
                 f"train_experts must be 'both', 'high_noise' or 'low_noise', got {train_experts!r}"
@@ -145,6 +152,11 @@ class WanPolicy(FlowImagePolicy):
                 low.enable_gradient_checkpointing()
             boundary = ratio * self.pipe.scheduler.config.num_train_timesteps
             self.network = self.module = WanExperts(self.pipe.transformer, low, boundary)
+        elif guidance_scale_2 is not None:
+            raise ValueError(
+                "guidance_scale_2 needs a two-expert checkpoint (Wan 2.2 A14B); this one has one "
+                "transformer"
+            )
         elif train_experts != "both":
             raise ValueError(
                 f"train_experts={train_experts!r} needs a two-expert checkpoint (Wan 2.2 A14B); "
@@ -152,6 +164,18 @@ class WanPolicy(FlowImagePolicy):
             )
         if vae_tiling:
             self.pipe.vae.enable_tiling()
+
+    def combine_guidance(
+        self, cond: torch.Tensor, uncond: torch.Tensor, sigma: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """The sampler's ``scale`` on the high-noise expert's rows, ``guidance_scale_2`` on the
+        low-noise expert's (rows split by the expert switch's own rule)."""
+        if self.guidance_scale_2 is None:
+            return super().combine_guidance(cond, uncond, sigma, scale)
+        assert isinstance(self.network, WanExperts)
+        high = self.model_time(sigma) >= self.network.boundary
+        scales = torch.where(high, float(scale), float(self.guidance_scale_2))
+        return self.guidance.combine(cond, uncond, sigma, scales)
 
     def setup_training(self, rank: int, alpha: float, target_modules: list[str] | None) -> None:
         """With two experts and ``train_experts`` naming one, the LoRA targets are that
