@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from tasks.countdown import (
+    HELDOUT_PROBLEMS,
     MAX_COMPLETION_CHARS,
+    TRAIN_PROBLEMS,
     countdown_reward,
     expressions,
     format_prompt,
@@ -143,6 +145,14 @@ def test_splits_are_disjoint() -> None:
     assert all(split_of(p.numbers, p.target) == "heldout" for p in heldout)
     # The split ignores the order of the numbers in the prompt.
     assert split_of((7, 3, 5), 22) == split_of((3, 5, 7), 22)
+
+
+def test_split_sizes() -> None:
+    """The constants are the splits' sizes: every distinct problem of each split."""
+    assert len(make_problems(TRAIN_PROBLEMS, 0, "train")) == TRAIN_PROBLEMS
+    assert len(make_problems(HELDOUT_PROBLEMS, 0, "heldout")) == HELDOUT_PROBLEMS
+    with pytest.raises(ValueError, match="distinct"):
+        make_problems(HELDOUT_PROBLEMS + 1, 0, "heldout")
 
 
 def test_manifest_matches_shipped_files() -> None:
