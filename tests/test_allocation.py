@@ -246,6 +246,7 @@ def _config(*overrides: str) -> Any:
     return get_recipe("llm_countdown_grpo").apply_overrides([*SMALL, *overrides])
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize(
     "overrides",
     [

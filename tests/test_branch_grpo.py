@@ -124,6 +124,7 @@ def test_bad_tree_settings_are_refused(
         tiny_config(tmp_path, *TREE, *overrides).validate()
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_branch_grpo_on_the_tiny_sd3_pipeline(tmp_path: Path) -> None:
     """The diffusers adapter through the same code path: CFG in the tree rollout and in
     training, two steps change the LoRA weights, first-minibatch ratio exactly 1."""

@@ -261,6 +261,7 @@ def test_lora_reaches_every_target_module(tmp_path: Path) -> None:
     assert any("text_blocks" in n for n in moved) and any("blocks.0.q." in n for n in moved)
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_a_full_run_reports_per_category_scores(tmp_path: Path) -> None:
     config = _tiny_config(tmp_path, "eval.samples_per_prompt=2")
     Trainer(config, run_dir=tmp_path / "run").train()

@@ -115,6 +115,7 @@ def test_every_benchmark_recipe_has_a_tuning_knob() -> None:
     assert LR_FACTORS == (0.5, 1.0, 2.0)
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("name", ["compositional_dgpo", "compositional_awm"])
 def test_dgpo_and_awm_train_two_iterations(tmp_path: Path, name: str) -> None:
     """Two iterations, so that the second trains against a lagged copy that has moved: DGPO's
@@ -136,6 +137,7 @@ def test_dgpo_and_awm_train_two_iterations(tmp_path: Path, name: str) -> None:
         assert metrics["optimizer_steps"] >= 1 and math.isfinite(metrics["loss/total"])
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("name", list(COMPOSITIONAL_METHOD_RECIPES))
 def test_each_recipe_trains_the_shipped_policy(tmp_path: Path, name: str) -> None:
     """One iteration of 4 prompts x 8 on the real generator and scorer (partial credit, so

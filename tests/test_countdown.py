@@ -147,6 +147,7 @@ def test_splits_are_disjoint() -> None:
     assert split_of((7, 3, 5), 22) == split_of((3, 5, 7), 22)
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_split_sizes() -> None:
     """The constants are the splits' sizes: every distinct problem of each split."""
     assert len(make_problems(TRAIN_PROBLEMS, 0, "train")) == TRAIN_PROBLEMS

@@ -45,6 +45,7 @@ def test_recipes_name_the_real_checkpoints() -> None:
         assert config.policy.pretrained == (SDXL_BASE if config.policy.name == "sdxl" else SD15)
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("name", list(DIFFUSION_RECIPES))
 def test_recipe_trains_two_iterations_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     from accelerate.state import AcceleratorState

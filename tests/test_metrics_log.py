@@ -16,6 +16,7 @@ def _iterations(run: Path) -> list[int]:
     return [row["iteration"] for row in read_metrics(run / "metrics.jsonl")]
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_resuming_a_finished_run_writes_the_final_evaluation_once(tmp_path: Path) -> None:
     run = tmp_path / "run"
     Trainer(tiny_config(tmp_path), run_dir=run).train()

@@ -139,6 +139,7 @@ def tiny_plan():
     return plan(tiny_config(), 1, parse_memory("80GB"), spec=tiny_spec())
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_planned_bytes_equal_a_real_cpu_run(tiny_plan, lora, checkpointing):
@@ -158,6 +159,7 @@ def test_planned_bytes_equal_a_real_cpu_run(tiny_plan, lora, checkpointing):
     assert planned.frozen_bytes == sum(p.numel() * 2 for p in clip.parameters())
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_lora_counts_what_peft_would_add(tiny_plan):
     """r * (in + out) per matched linear layer (peft's rule: the name or its last parts)."""
     from genrl.planning.modelling import build_component
@@ -257,6 +259,7 @@ def test_strategies_divide_by_hand():
     assert by["FSDP2-SGO"].parameters == 2000 + 8000 + 500
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_plan_rows_and_cheapest(tiny_plan):
     rows = tiny_plan.rows
     assert {r.setup.label for r in rows} == {"full", "full +ckpt", "LoRA", "LoRA +ckpt"}
@@ -284,6 +287,7 @@ def test_cli_refuses_a_model_without_a_config(capsys):
     assert "no model config" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_a_smaller_minibatch_when_nothing_fits(tiny_plan):
     from genrl.planning.choice import smaller_minibatch
 
@@ -317,6 +321,7 @@ def test_model_copies_agree_with_the_built_algorithms(recipe):
     assert lagged == (getattr(rollout, "lagged_config", None) is not None)
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_the_output_fits_on_a_screen_and_the_json_has_the_numbers(tiny_plan):
     from genrl.planning.report import as_json, text
 
@@ -357,6 +362,7 @@ PUBLISHED = {
 }  # fmt: skip
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_every_model_file_builds_at_its_published_size():
     from genrl.planning.modelling import build_component, load_model_spec, model_keys
 

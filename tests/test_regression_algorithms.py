@@ -212,6 +212,7 @@ def test_bad_settings_are_refused(tmp_path: Path, overrides: tuple[str, ...], me
         tiny_config(tmp_path, *overrides).validate()
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("name", ["ram", "diffusion_nft", "gdro", "dgpo", "awm"])
 def test_on_the_tiny_sd3_pipeline(tmp_path: Path, name: str) -> None:
     """The diffusers adapter through the same path: LoRA, CFG in sampling only, the reference

@@ -72,6 +72,7 @@ def test_versions_kept_are_the_ones_later_iterations_read() -> None:
     sampler.close()
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_with_weights_that_do_not_move_k1_equals_the_synchronous_run(tmp_path: Path) -> None:
     """An update too small to change a float32 weight: every version is version 0, so the
     asynchronous run must sample, score and train exactly as the synchronous one does; any

@@ -204,6 +204,7 @@ def test_each_flow_algorithm_trains_the_video_policy(tmp_path: Path, name: str) 
     assert 0.0 <= metrics["moving_digit/mean"] <= 1.0
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 def test_a_full_run_writes_its_summary_and_videos(tmp_path: Path) -> None:
     """``Trainer.train()`` end to end: the summary and the before/after videos."""
     Trainer(_tiny_config(tmp_path), run_dir=tmp_path / "run").train()

@@ -30,6 +30,7 @@ def test_every_recipe_names_its_family() -> None:
         assert get_recipe(name).policy.name == family
 
 
+@pytest.mark.slow  # moved from the fast lane (kept under 3 minutes)
 @pytest.mark.parametrize("name", sorted(VIDEO_MODEL_RECIPES))
 def test_video_recipes_train_on_tiny_stand_ins(tmp_path: Path, name: str) -> None:
     from accelerate.state import AcceleratorState
