@@ -81,6 +81,10 @@ def test_guidance_scale_2_reproduces_the_pipeline(a14b_dir: Path) -> None:
     ).frames  # fmt: skip
     assert (stock.float() - ours).abs().max() < 1e-4
     assert (pipe_call(policy.pipe, noise, 4.0, "latent") - stock).abs().max() > 1e-3
+    # Under LoRA (the network is then peft's wrapper; a fresh adapter changes nothing) too.
+    policy.setup_training(rank=4, alpha=4.0, target_modules=None)
+    lora = sample_ode(policy, PROMPTS, noise, num_steps=4, guidance_scale=4.0)
+    assert (lora - ours).abs().max() < 1e-5
     from diffusers import WanPipeline
 
     one = WanPipeline(**{**policy.pipe.components, "transformer_2": None})

@@ -151,6 +151,7 @@ class WanPolicy(FlowImagePolicy):
             if self.pipe.transformer.is_gradient_checkpointing:
                 low.enable_gradient_checkpointing()
             boundary = ratio * self.pipe.scheduler.config.num_train_timesteps
+            self.boundary = boundary
             self.network = self.module = WanExperts(self.pipe.transformer, low, boundary)
         elif guidance_scale_2 is not None:
             raise ValueError(
@@ -172,8 +173,8 @@ class WanPolicy(FlowImagePolicy):
         low-noise expert's (rows split by the expert switch's own rule)."""
         if self.guidance_scale_2 is None:
             return super().combine_guidance(cond, uncond, sigma, scale)
-        assert isinstance(self.network, WanExperts)
-        high = self.model_time(sigma) >= self.network.boundary
+        # The boundary is kept on the policy: under LoRA ``self.network`` is peft's wrapper.
+        high = self.model_time(sigma) >= self.boundary
         scales = torch.where(high, float(scale), float(self.guidance_scale_2))
         return self.guidance.combine(cond, uncond, sigma, scales)
 
