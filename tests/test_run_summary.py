@@ -109,15 +109,22 @@ def test_countdown_run_prints_its_accuracy_and_ten_rows(
     argv = ["train", "llm_countdown_grpo", *(a for s in sets for a in ("--set", s))]
     assert main([*argv, "--output-dir", str(run)]) == 0
     table, _, last = _closing_lines(capsys.readouterr().out.splitlines())
-    assert len(table) == 15 and table[0].startswith("10 of 200 prompts")
+    from tasks.countdown import HELDOUT_PROBLEMS  # the recipe evaluates on all of them
+
+    assert len(table) == 15 and table[0].startswith(f"10 of {HELDOUT_PROBLEMS} prompts")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["headline_scores"] == ["countdown/accuracy"]
     assert summary["samples_generated"] == summary["samples_seen"] == 4  # uniform: 2 x 2
     accuracy = summary["heldout_scores_after"]["countdown/accuracy"]
-    # The shipped model's greedy accuracy on the 200 held-out problems, as its manifest records.
-    manifest = json.loads((EMBEDDED_COUNTDOWN_LM / "manifest.json").read_text())
-    before = manifest["metrics"]["heldout"]["greedy_accuracy"]
+    before = summary["heldout_scores_before"]["countdown/accuracy"]
     assert last.startswith(f"held-out countdown/accuracy: {before:.3f} -> {accuracy:.3f} (")
+    # On the first 200 of them, the shipped model's greedy accuracy as its manifest records.
+    from tasks.countdown import make_problems
+
+    manifest = json.loads((EMBEDDED_COUNTDOWN_LM / "manifest.json").read_text())
+    first = [p.prompt for p in make_problems(200, 0, "heldout")]
+    solved = sum(summary["heldout_per_prompt_before"][p] == 1.0 for p in first)
+    assert solved / 200 == pytest.approx(manifest["metrics"]["heldout"]["greedy_accuracy"])
     assert f"; held-out reward: {summary['heldout_reward_before']:.3f} -> " in last
 
 
