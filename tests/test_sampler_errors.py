@@ -10,16 +10,13 @@ import pytest
 import torch
 
 from samplers import (
-    DanceSDESampler,
     FlowCPSSampler,
     FlowODESampler,
-    FlowSDELinearSampler,
     FlowSDESampler,
     GaussianFlowSampler,
     flow_sigmas,
 )
-
-STOCHASTIC = [FlowSDESampler, FlowSDELinearSampler, DanceSDESampler, FlowCPSSampler]
+from tests.test_samplers import STOCHASTIC  # the Gaussian samplers, listed once
 
 
 @pytest.mark.parametrize("cls", [FlowODESampler, *STOCHASTIC])
