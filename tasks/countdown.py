@@ -148,7 +148,7 @@ def make_problems(n: int, seed: int, split: str = "train") -> list[Problem]:
     """``n`` distinct problems of one split, the same list for the same ``(n, seed, split)``.
 
     Distinct means no two share sorted numbers and target. Raises when the split runs out of
-    distinct problems (with the default ranges: 1505 train, 359 held-out).
+    distinct problems (with the default ranges: ``TRAIN_PROBLEMS``, ``HELDOUT_PROBLEMS``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")

@@ -18,7 +18,7 @@ from pipelines.transformers.causal_lm import EMBEDDED_COUNTDOWN_LM
 from reward_models import CompositeReward
 from reward_models.digits import DigitClassifierReward
 from reward_models.text import CountdownReward, ShapesVQAReward, SudokuReward
-from tasks.countdown import make_problems
+from tasks.countdown import HELDOUT_PROBLEMS, make_problems
 
 # Twelve digit prompts in a file: more rows than are printed, and no held-out set.
 PROMPTS = [f"a handwritten digit {d}" for d in range(10)] + ["the number 3", "the number 7"]
@@ -109,9 +109,9 @@ def test_countdown_run_prints_its_accuracy_and_ten_rows(
     argv = ["train", "llm_countdown_grpo", *(a for s in sets for a in ("--set", s))]
     assert main([*argv, "--output-dir", str(run)]) == 0
     table, _, last = _closing_lines(capsys.readouterr().out.splitlines())
-    from tasks.countdown import HELDOUT_PROBLEMS  # the recipe evaluates on all of them
-
-    assert len(table) == 15 and table[0].startswith(f"10 of {HELDOUT_PROBLEMS} prompts")
+    assert len(table) == 15 and table[0].startswith(
+        f"10 of {HELDOUT_PROBLEMS} prompts"
+    )  # all of them
     summary = json.loads((run / "summary.json").read_text())
     assert summary["headline_scores"] == ["countdown/accuracy"]
     assert summary["samples_generated"] == summary["samples_seen"] == 4  # uniform: 2 x 2
@@ -119,8 +119,6 @@ def test_countdown_run_prints_its_accuracy_and_ten_rows(
     before = summary["heldout_scores_before"]["countdown/accuracy"]
     assert last.startswith(f"held-out countdown/accuracy: {before:.3f} -> {accuracy:.3f} (")
     # On the first 200 of them, the shipped model's greedy accuracy as its manifest records.
-    from tasks.countdown import make_problems
-
     manifest = json.loads((EMBEDDED_COUNTDOWN_LM / "manifest.json").read_text())
     first = [p.prompt for p in make_problems(200, 0, "heldout")]
     solved = sum(summary["heldout_per_prompt_before"][p] == 1.0 for p in first)

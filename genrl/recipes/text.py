@@ -26,11 +26,10 @@ def llm_countdown_grpo() -> TrainConfig:
     stopped at step 800 of its supervised schedule): accuracy 0.343 -> 0.471, 0.443 and 0.465
     for seeds 0, 1 and 2 (+0.128 / +0.100 / +0.122), about 530 s each on one thread beside
     another run; on the manifest's 200 problems (2026-12-03) +0.205 / +0.175 / +0.135. The
-    settings come from a small sweep on
-    the model shipped before (308k parameters, 10% wrong labels): DeepSeekMath's KL to the
-    reference (beta 0.04, k3) with two passes per rollout, and a cosine decay of the learning
-    rate over the run, which removed the late collapse that a constant 3e-4 showed after ~150
-    iterations and kept improving to the last iteration. Tried and worse there: 150
+    settings come from a small sweep on the model shipped before (308k parameters, 10% wrong
+    labels): DeepSeekMath's KL to the reference (beta 0.04, k3) with two passes per rollout,
+    and a cosine decay of the learning rate over the run, which removed the late collapse that
+    a constant 3e-4 showed after ~150 iterations and kept improving to the last iteration. Tried and worse there: 150
     iterations, one pass at lr 6e-4, clip-higher 0.28 or beta 0.02, groups of 16; on the 308k
     model stopped at step 800: dynamic sampling, lr 6e-4 and 1e-3, 300 iterations, all 1,505
     training problems (docs/algorithms/grpo.md has the numbers).

@@ -44,8 +44,9 @@ class Guidance:
       Z-Image's ``cfg_truncation`` ``c`` is ``cutoff_sigma = 1 - c``);
     * ``max_norm_ratio``: when ``||v|| > r ||v_c||`` over a whole sample, scale ``v`` down to
       ``r ||v_c||`` (``ZImagePipeline.__call__`` with ``cfg_normalization=r``);
-    * ``rescale`` ``phi``: Lin et al. 2024 ("Common Diffusion Noise Schedules and Sample Steps
-      Are Flawed", Sec. 3.4, eqs. 15-16), ``v <- phi v std(v_c) / std(v) + (1 - phi) v`` with
+    * ``rescale`` ``phi``: the CFG rescale of Lin et al. ("Common Diffusion Noise Schedules and
+      Sample Steps Are Flawed", arXiv 2305.08891, Sec. 3.4, as diffusers' ``rescale_noise_cfg``
+      cites it), ``v <- phi v std(v_c) / std(v) + (1 - phi) v`` with
       each sample's standard deviation over all its entries (Bessel-corrected, as torch's
       ``std``), applied to the plain combination first (the ``guidance_rescale`` of
       ``LTXPipeline.__call__`` and of diffusers' other pipelines, ``rescale_noise_cfg``).

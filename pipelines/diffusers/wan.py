@@ -150,9 +150,8 @@ class WanPolicy(FlowImagePolicy):
                 )
             if self.pipe.transformer.is_gradient_checkpointing:
                 low.enable_gradient_checkpointing()
-            boundary = ratio * self.pipe.scheduler.config.num_train_timesteps
-            self.boundary = boundary
-            self.network = self.module = WanExperts(self.pipe.transformer, low, boundary)
+            self.boundary = ratio * self.pipe.scheduler.config.num_train_timesteps
+            self.network = self.module = WanExperts(self.pipe.transformer, low, self.boundary)
         elif guidance_scale_2 is not None:
             raise ValueError(
                 "guidance_scale_2 needs a two-expert checkpoint (Wan 2.2 A14B); this one has one "
