@@ -85,6 +85,7 @@ LAYERS: dict[str, set[str]] = {
         "genrl.reporting",
         "genrl.run",
         "genrl.checkpoints",
+        "genrl.planning",
         "tasks",
     },
     "genrl.recipes": {"genrl.config", "genrl.algorithms", "genrl.run", "tasks"},

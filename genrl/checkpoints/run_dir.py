@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from genrl.run.config import TrainConfig
 
-# What a run writes into its directory (genrl/reporting/report.py, metrics.py, checkpoint.py, trainer.py).
+# What a run writes into its directory (genrl/reporting/report.py, metrics.py, checkpoint.py,
+# trainer.py, run_plan.py).
 RUN_FILES = (
     "config.json",
     "metrics.jsonl",
@@ -34,6 +35,7 @@ RUN_FILES = (
     "samples_after.md",
     "per_prompt.txt",
     "report.html",
+    "plan.json",  # genrl/loop/run_plan.py PLAN_FILE
 )
 RUN_FOLDERS = ("checkpoints", "tensorboard", "export", "samples", "wandb", "trackio")
 # Any of these marks a directory as holding a run: config.json is the first file a run writes.

@@ -31,6 +31,7 @@ from genrl.loop.bookkeeping import echo, eval_metrics, eval_record, progress, sc
 from genrl.loop.collection import BatchCollector, CollectedBatch
 from genrl.loop.interrupt import StopRequest
 from genrl.loop.optimization import Updater
+from genrl.loop.run_plan import measured, plan_run, summary_line
 from genrl.reporting.evaluation import EvalResult, evaluate, without_ddp_wrapper
 from genrl.reporting.metrics import console_line, open_writer
 from genrl.run.build import build_run
@@ -103,6 +104,8 @@ class Trainer:
         # the rollout budget the allocation and replay methods are compared at.
         self.samples_generated = 0
         self.stop = StopRequest()
+        # The planner's row for this run (genrl/loop/run_plan.py), made when train() starts.
+        self.plan_record: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------------------------------
     @property
@@ -353,6 +356,10 @@ class Trainer:
         report = RunReport(self, self.run_dir) if self.is_main else None
         if report is not None:
             report.start(resumed=resumed)
+            if cfg.logging.plan != "off":
+                self.plan_record = plan_run(cfg, self.accelerator, self.run_dir)
+                if self.plan_record["made"] or self.accelerator.device.type == "cuda":
+                    echo(None, summary_line(self.plan_record))
         started = time.perf_counter() - self.wall_seconds_before
         writer = (
             open_writer(cfg, self.run_dir, resume_iteration=self.iteration if resumed else None)
@@ -427,7 +434,12 @@ class Trainer:
             if writer is not None:
                 writer.write(self.iteration, eval_metrics(after))
             if report is not None:
-                summary = report.finish(after, wall, writer)
+                plan = (
+                    None
+                    if self.plan_record is None
+                    else measured(self.plan_record, self.accelerator.device)
+                )
+                summary = report.finish(after, wall, writer, plan)
         if writer is not None:
             writer.close()
         if interrupted:

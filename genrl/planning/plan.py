@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from genrl.config.errors import ConfigError
 from genrl.planning.choice import Row, Setup, cheapest, notes, rows, smaller_minibatch
 from genrl.planning.copies import model_copies
+from genrl.planning.local_models import spec_from_directory
 from genrl.planning.modelling import (
     ModelSpec,
     add_lora,
@@ -127,7 +129,12 @@ def _batches(config: Any, family: Family, gpus: int) -> dict[str, int]:
 
 
 def model_for(config: Any) -> ModelSpec:
-    spec = spec_for_checkpoint(config.policy.pretrained)
+    """The model file of ``policy.pretrained``: a local checkpoint folder's own configs, or the
+    file in ``models/`` that lists the hub id."""
+    pretrained = config.policy.pretrained
+    if pretrained and Path(pretrained).is_dir():
+        return spec_from_directory(pretrained, config.policy.name)
+    spec = spec_for_checkpoint(pretrained)
     if spec is None:
         raise ConfigError(
             f"policy.pretrained: genrl plan has no model config for {config.policy.pretrained!r} "

@@ -2,8 +2,9 @@
 over training, per-prompt table), viewable offline: every picture is a base64 data URI and
 there are no scripts, styles or fonts from elsewhere.
 
-Sections carry ids (``summary``, ``curves``, ``samples``, ``per-prompt``, ``config``) so that
-a test can find them in the page as a browser renders it.
+Sections carry ids (``summary``, ``curves``, ``samples``, ``per-prompt``, ``config``, and
+``plan`` in a run that planned itself, ``logging.plan``) so that a test can find them in the page
+as a browser renders it.
 """
 
 from __future__ import annotations
@@ -91,12 +92,44 @@ def write_report(run_dir: Path, inputs: ReportInputs, rows: list[dict[str, Any]]
         _curves_section(inputs.curves),
         _samples_section(run_dir, rows, _on_training_prompts(inputs.summary)),
         _per_prompt_section(inputs.summary, inputs.reward_name),
+        _plan_section(inputs.summary.get("plan")),
         _config_section(inputs.config),
         "</body></html>",
     ]
     path = run_dir / "report.html"
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path
+
+
+PLAN_PARTS = ("parameters", "gradients", "optimizer", "reference", "activations", "rollout",
+              "transient", "total")  # fmt: skip
+
+
+def _plan_section(plan: dict[str, Any] | None) -> str:
+    """The run's planned memory per GPU by part and, on CUDA, the measured peak beside it
+    (``logging.plan``); empty when the run made no plan."""
+    if not plan or not plan.get("made"):
+        return ""
+    gib = 2**30
+    planned = plan["planned_bytes"]
+    rows = [f'<tr><th>{p}</th><td class="num">{planned[p] / gib:.3f}</td></tr>' for p in PLAN_PARTS]
+    peak = plan.get("measured_peak_bytes")
+    if peak is None:
+        rows.append(f"<tr><th>measured peak</th><td>{html.escape(plan['measured_why'])}</td></tr>")
+    else:
+        rows.append(
+            f'<tr><th>measured peak</th><td class="num">{peak / gib:.3f} '
+            f"({plan['measured_over_planned']:.2f} x the plan)</td></tr>"
+        )
+    head = (
+        f"<p>{html.escape(plan['model'])}; {html.escape(plan['sizes'])}; {plan['strategy']} on "
+        f"{plan['processes']} process(es), {html.escape(plan['setup'])}. GiB per GPU "
+        "(<code>genrl plan</code>'s parts; the total is the peak of the rollout, training and "
+        "optimizer phases, not the sum):</p>"
+    )
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in plan.get("notes", []))
+    body = f"{head}<table>{''.join(rows)}</table><ul>{notes}</ul>"
+    return _section("plan", "Planned and measured memory", body)
 
 
 def _section(name: str, heading: str, body: str) -> str:

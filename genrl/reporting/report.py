@@ -101,8 +101,14 @@ class RunReport:
             path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
     def finish(
-        self, after: EvalResult, wall_seconds: float, writer: MetricsWriter | None = None
+        self,
+        after: EvalResult,
+        wall_seconds: float,
+        writer: MetricsWriter | None = None,
+        plan: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Write the end-of-run files; ``plan`` is the run's planned and measured memory
+        (``genrl/loop/run_plan.py``), kept in ``summary.json`` and shown in ``report.html``."""
         t = self.trainer
         title = f"after {t.iteration} iterations: {self.evaluated(t.reward.name)} "
         title += f"{after.reward:.3f}"
@@ -150,6 +156,8 @@ class RunReport:
             "samples_generated": t.samples_generated,
             "wall_seconds": wall_seconds,
         }
+        if plan is not None:
+            summary["plan"] = plan
         with naming_full_disk(self.run_dir / "summary.json"):
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         repeats = [n for n in after.scores if n not in parts and n != t.reward.name]

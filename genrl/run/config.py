@@ -205,6 +205,12 @@ class LoggingConfig:
     """Show a progress bar over iterations."""
     grid_prompts: int = 10
     """Prompts in the before/after sample grids (4 samples each)."""
+    plan: Literal["auto", "on", "off"] = "auto"
+    """Plan the run's own setup (``genrl plan``'s row for its strategy, LoRA or full and
+    checkpointing) into ``plan.json`` when it starts, and compare it with the measured peak
+    memory in ``summary.json`` and ``report.html`` at its end. ``auto``: on CUDA, for a model
+    the planner knows (a quiet note otherwise); ``on``: also on a CPU, and an error when the
+    model cannot be planned; ``off``: never."""
 
 
 @dataclass
