@@ -17,7 +17,8 @@ Measured, each under bf16 autocast as the trainer runs it:
 * training step: Flow-GRPO's objective's ``loss`` on ``--minibatch`` transitions of that rollout (CFG forward,
   unconditional branch detached), backward, gradient clipping and an AdamW step; with gradient
   checkpointing off and on (toggled on the same model, interleaved);
-* peak memory (``torch.cuda.max_memory_allocated``) of each.
+* peak memory (``torch.cuda.max_memory_allocated``) of each, next to ``genrl plan``'s figure for
+  the same step (``benchmarks/planned_step.py``) and the ratio measured / planned.
 
 Usage::
 
@@ -43,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from planned_step import planned_figures  # benchmarks/planned_step.py
 from timing import DTYPES, autocast, synchronize  # benchmarks/timing.py
 
 from genrl.algorithms.flow_grpo import FlowGRPO, FlowGRPOConfig
@@ -389,6 +391,23 @@ def main(argv: list[str] | None = None) -> None:
     for label, seconds, peak in rows:
         shown = "-" if peak is None else f"{peak:.2f}"
         print(f"{label:<42}  {seconds:>9.4f}  {shown:>8}")
+    planned = planned_figures(transformer_config(args.tiny), args, n, num_prompts)
+    pairs = {
+        "sampling_step": (sampling["peak_gib"], planned["planned_sampling_step_gib"]),
+        "train_step_no_checkpointing": (
+            training["off"]["peak_gib"], planned["planned_train_step_gib_no_checkpointing"]
+        ),
+        "train_step_checkpointing": (
+            training["on"]["peak_gib"], planned["planned_train_step_gib_checkpointing"]
+        ),
+    }  # fmt: skip
+    for label, (peak, estimate) in pairs.items():
+        shown = "-" if peak is None else f"{peak:.2f} measured, {peak / estimate:.2f}x"
+        print(f"{label:<42}  planned {estimate:.3f} GiB ({shown})")
+    measured_over_planned = {
+        f"{k}_measured_over_planned": _round(None if m is None else m / e, 4)
+        for k, (m, e) in pairs.items()
+    }
     ratio = training["on"]["median_s"] / training["off"]["median_s"]
     print(
         f"checkpointing on/off train time ratio {ratio:.3f}; finite: velocity "
@@ -409,6 +428,8 @@ def main(argv: list[str] | None = None) -> None:
         "train_step_peak_gib_no_checkpointing": _round(training["off"]["peak_gib"]),
         "train_step_peak_gib_checkpointing": _round(training["on"]["peak_gib"]),
         "weights_gib": _round(weights_gib),
+        **planned,
+        **measured_over_planned,
         "finite": finite_velocity and finite_rollout and finite_loss,
         "transformer_parameters": num_params,
         "lora_parameters": num_lora,

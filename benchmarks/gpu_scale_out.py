@@ -13,7 +13,10 @@ LoRA for fsdp2_lora, whose baseline ``ddp_lora`` is run too):
 * ``max_rel_grad_norm_diff``: the largest ``|g - g_ddp| / g_ddp`` over the iterations;
 * ``heldout_reward_diff``: ``heldout_reward_after - heldout_reward_after_ddp`` (summary.json);
 * ``seconds`` (wall time of the launch) and ``peak_memory_gb`` per process
-  (``torch.cuda.max_memory_allocated``, written by each process in ``--worker`` mode).
+  (``torch.cuda.max_memory_allocated``, written by each process in ``--worker`` mode);
+* ``planned_gb`` and ``planned_strategy``: ``genrl plan``'s total per GPU for the run's own
+  setup (``summary.json``'s ``plan``, which every CUDA run writes, ``logging.plan``), and
+  ``measured_over_planned`` of the main process.
 
 ``ok`` is: the launch exited 0 and ``max_rel_loss_diff <= --tolerance``. Sharding reorders
 float32 reductions, so agreement is to rounding, not bit-exact.
@@ -124,12 +127,18 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     trained = [r for r in rows if "loss/total" in r]
     summary = json.loads((run_dir / "summary.json").read_text())
     peaks = sorted(run_dir.glob("peak_memory_rank*.json"))
-    return {
+    out = {
         "losses": [float(r["loss/total"]) for r in trained],
         "grad_norms": [float(r["grad_norm"]) for r in trained],
         "heldout_reward": float(summary["heldout_reward_after"]),
         "peak_memory_gb": [json.loads(p.read_text())["gb"] for p in peaks],
     }
+    plan = summary.get("plan") or {}
+    if plan.get("made"):
+        out["planned_gb"] = plan["planned_bytes"]["total"] / 2**30
+        out["planned_strategy"] = f"{plan['strategy']}, {plan['setup']}"
+        out["measured_over_planned"] = plan.get("measured_over_planned")
+    return out
 
 
 def compare(run: dict[str, Any], ddp: dict[str, Any]) -> dict[str, float]:
@@ -151,13 +160,15 @@ def compare(run: dict[str, Any], ddp: dict[str, Any]) -> dict[str, float]:
 
 def report(results: dict[str, dict[str, Any]], num_processes: int, tolerance: float) -> dict:
     """Print the table; return the JSON summary (one entry per run)."""
-    print(f"{'run':<12}{'ok':>4}{'seconds':>9}{'peak GB/proc':>14}{'rel loss':>10}"
-          f"{'rel gnorm':>11}{'reward diff':>13}")  # fmt: skip
+    print(f"{'run':<12}{'ok':>4}{'seconds':>9}{'peak GB/proc':>14}{'planned GB':>11}"
+          f"{'rel loss':>10}{'rel gnorm':>11}{'reward diff':>13}")  # fmt: skip
     for name, row in results.items():
         peak = max(row.get("peak_memory_gb") or [float("nan")])
+        planned = row.get("planned_gb", float("nan"))
         cells = [row.get(k, float("nan")) for k in ("max_rel_loss_diff", "max_rel_grad_norm_diff")]
         print(f"{name:<12}{'yes' if row['ok'] else 'NO':>4}{row['seconds']:>9.1f}{peak:>14.3f}"
-              f"{cells[0]:>10.2e}{cells[1]:>11.2e}{row.get('heldout_reward_diff', float('nan')):>13.2e}")  # fmt: skip
+              f"{planned:>11.3f}{cells[0]:>10.2e}{cells[1]:>11.2e}"
+              f"{row.get('heldout_reward_diff', float('nan')):>13.2e}")  # fmt: skip
     return {
         "benchmark": "gpu_scale_out",
         "num_processes": num_processes,

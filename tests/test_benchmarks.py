@@ -180,6 +180,15 @@ def test_gpu_scale_out_compares_a_run_with_ddp_by_hand(tmp_path: Path) -> None:
     short = bench.read_run(_fake_run(tmp_path / "short", [0.5], [2.0], 0.25))
     with pytest.raises(ValueError, match="logged 1 and 2 iterations"):
         bench.compare(short, ddp)
+    # A CUDA run's summary carries its plan (logging.plan): 3 GiB planned, 1.5 GiB measured.
+    planned = _fake_run(tmp_path / "planned", [0.5], [2.0], 0.25)
+    plan = {"made": True, "planned_bytes": {"total": 3 * 2**30}, "strategy": "DDP",
+            "setup": "full", "measured_over_planned": 0.5}  # fmt: skip
+    summary = {"heldout_reward_after": 0.25, "plan": plan}
+    (planned / "summary.json").write_text(json.dumps(summary))
+    row = bench.read_run(planned)
+    assert (row["planned_gb"], row["planned_strategy"]) == (3.0, "DDP, full")
+    assert row["measured_over_planned"] == 0.5 and "planned_gb" not in ddp
 
 
 def test_gpu_scale_out_builds_one_launch_per_config(tmp_path: Path) -> None:

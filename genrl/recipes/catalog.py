@@ -148,6 +148,8 @@ _ENTRIES: tuple[tuple[str, RecipeEntry], ...] = (
     ("compositional_discrete_maskgrpo", _embedded("masked_images", "compositional_discrete_maskgrpo",
         "MaskGRPO on the embedded 32x32 aMUSEd pipeline (VQ tokens + U-ViT) of the compositional "
         "task.")),
+    ("compositional_discrete_d1", _embedded("masked_images", "compositional_discrete_d1",
+        "diffu-GRPO (d1) on the embedded 32x32 aMUSEd pipeline of the compositional task.")),
     # Vision-language models.
     ("qwen25vl_3b_geo_grpo", _hub("qwen_vl", "qwen25vl_3b_geo_grpo",
         "Qwen2.5-VL-3B-Instruct on Geometry3K with EasyR1's GRPO recipe (2 processes).")),

@@ -153,7 +153,23 @@ def compositional_discrete_maskgrpo() -> TrainConfig:
     )
 
 
+def compositional_discrete_d1() -> TrainConfig:
+    """diffu-GRPO (d1) on the same embedded pipeline with ``compositional_discrete_maskgrpo``'s
+    shared settings (reward, emerge rollouts, 16 x 8, lr 3e-4, 60 iterations, held-out
+    protocol): d1's one-step estimator (every image token masked, one forward, the mean-field
+    log-prob per token), clip 0.5, beta 0.04 and advantages without the std; two passes instead
+    of d1's twelve, as ``dllm_sudoku_d1``, to fit the CPU budget. CLIP has no mask token, so
+    d1's masking of prompt tokens is off. ``benchmarks/dllm_estimators.py --task
+    compositional_discrete`` compares the two (``docs/algorithms/mask_grpo.md``).
+    """
+    config = compositional_discrete_maskgrpo()
+    config.recipe = "compositional_discrete_d1"
+    config.set_algorithm(MaskGRPOConfig.d1(num_iterations=2))
+    return config
+
+
 MASKED_IMAGE_RECIPES = {
     "amused256_maskgrpo_hps": amused256_maskgrpo_hps,
     "compositional_discrete_maskgrpo": compositional_discrete_maskgrpo,
+    "compositional_discrete_d1": compositional_discrete_d1,
 }
