@@ -133,3 +133,24 @@ def test_auto_leaves_a_cpu_run_unplanned_and_on_refuses_an_embedded_model(
     config.logging.plan = "on"
     with pytest.raises(ConfigError, match="embedded model"):
         plan_run(config, cpu, tmp_path)
+
+
+def test_auto_on_cuda_reports_why_a_model_is_not_planned_and_trains_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``auto`` a CUDA run of a model the planner cannot build gets a reason, never an
+    error: the plan is a report (the CUDA device is simulated; nothing runs on it)."""
+    from genrl import get_recipe
+    from genrl.loop.run_plan import plan_run, summary_line
+
+    sana = tmp_path / "sana"
+    sana.mkdir()
+    (sana / "model_index.json").write_text(json.dumps({"_class_name": "SanaPipeline"}))
+    memory = SimpleNamespace(total_memory=80 * 2**30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: memory)
+    cuda = SimpleNamespace(device=torch.device("cuda"), num_processes=1)
+    config = get_recipe("sd35m_pickscore").apply_overrides([f"policy.pretrained={sana}"])
+    record = plan_run(config, cuda, tmp_path)
+    assert record["made"] is False and "SanaPipeline" in record["why"]
+    assert summary_line(record).startswith("genrl: no plan of this run (")
+    assert not (tmp_path / "plan.json").exists()

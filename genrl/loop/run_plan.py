@@ -76,10 +76,11 @@ def plan_run(config: Any, accelerator: Any, run_dir: Path) -> dict[str, Any]:
     )
     try:
         planned = plan(config, accelerator.num_processes, memory)
-    except ConfigError as err:
+    except Exception as err:  # the plan is a report: under auto it never stops the training
         if mode == "on":
             raise
-        return {"made": False, "why": str(err)}
+        kind = "" if isinstance(err, ConfigError) else f"the planner failed: {type(err).__name__}: "
+        return {"made": False, "why": f"{kind}{err}"}
     strategy = run_strategy(accelerator)
     setup = Setup(config.policy.lora_rank > 0, config.policy.gradient_checkpointing)
     row = next(r for r in planned.rows if r.strategy == strategy and r.setup == setup)
