@@ -5,7 +5,8 @@ objective (the ``llm_countdown_grpo`` recipe: its learning rate, KL, clip range,
 schedule); ``--task compositional``: Flow-GRPO on the compositional task
 (``compositional_flow_grpo``, 16 x 8 per iteration, scored by the GenEval rule's
 ``compositional/correct``; Pilot-Commit then commits 5 prompts per iteration, 120 samples,
-and sGPO profiles the 430 training prompts). Each spends the same rollout budget
+and sGPO profiles the 430 training prompts); ``--task compositional_strict``: the same on
+``compositional_flow_grpo_strict``, reward, allocations and score all ``compositional/exact``. Each spends the same rollout budget
 (``--budget`` samples, counting every sample drawn: pilots, profiles, refills). On Countdown:
 
 - ``grpo``: uniform groups, 32 prompts x 8 samples per iteration (the recipe);
@@ -69,6 +70,17 @@ TASKS = {
     # prompts cost 5 x 12 + 15 x 4 = 120 samples per iteration.
     "compositional": Task(
         "compositional_flow_grpo", "compositional/correct", "compositional/correct", 16, 8, 5, 430
+    ),
+    # The strict track: the reward and every allocation read ``exact`` (nothing extra on the
+    # canvas), which the fill-every-cell hack cannot win.
+    "compositional_strict": Task(
+        "compositional_flow_grpo_strict",
+        "compositional/exact",
+        "compositional/exact",
+        16,
+        8,
+        5,
+        430,
     ),
 }
 PILOT_SAMPLES, COMMIT_SAMPLES, PILOT_FACTOR, PROFILE_SAMPLES = 4, 12, 3, 8
